@@ -1,0 +1,51 @@
+// Sparse decode (and multi-token prediction): Q = 1..16 queries per request, spec §4.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "msa/options.h"
+#include "msa/plan.h"
+#include "msa/shapes.h"
+
+namespace msa {
+
+struct DecodeArgs {
+  TensorView q;          // [B * Q, h_q, d] bf16 | fp16; row b * Q + t is query t of request b
+  KvCache kv;            // paged or flat, q's dtype
+  TensorView seq_len;    // [B] int32 final lengths, >= Q; query t sits at seq_len[b] - Q + t
+  TensorView topk;       // [B * Q, h_kv, topk] int32 (MSA decode layout), or
+                         // [h_kv, B * Q, topk] when topk_head_major
+  bool topk_head_major = false;
+  int q_per_request = 1; // Q, 1..16
+  TensorView sinks;      // [h_q] fp32; may be absent
+  TensorView out;        // [B * Q, h_q, d] q's dtype (written)
+  TensorView lse;        // [B * Q, h_q] fp32; may be absent (written)
+};
+
+class SparseDecode {
+ public:
+  explicit SparseDecode(const AttentionShape& shape, const Options& options = {});
+  ~SparseDecode();
+  SparseDecode(SparseDecode&&) noexcept;
+  SparseDecode& operator=(SparseDecode&&) noexcept;
+
+  static std::size_t workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
+                                     const Options& options = {});
+  void set_workspace(void* data, std::size_t bytes);
+
+  // Fixes the batch geometry (B, Q, an upper bound of seq_len) that run() will see.
+  void plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len,
+            cudaStream_t stream = nullptr);
+  void run(const DecodeArgs& args, cudaStream_t stream = nullptr);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+void sparse_decode(const AttentionShape& shape, const DecodeArgs& args,
+                   const Options& options = {}, cudaStream_t stream = nullptr);
+
+}  // namespace msa

@@ -1,0 +1,65 @@
+// The KV-block-major plan: reverse (k2q) CSR and work list (spec §2).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "msa/options.h"
+#include "msa/shapes.h"
+
+namespace msa {
+
+// One unit of KV-block-major work: queries [q_begin, q_begin + q_count) of q_indices[kv_head]
+// (absolute positions in that head's edge list, all inside one CSR row).
+struct WorkItem {
+  std::int32_t kv_head;
+  std::int32_t row;      // CSR row (level-major, request-minor)
+  std::int32_t q_begin;  // first edge, index into q_indices[kv_head, :]
+  std::int32_t q_count;  // 1..q_per_item
+  std::int32_t b;        // request
+  std::int32_t block;    // request-local KV block
+  friend bool operator==(const WorkItem&, const WorkItem&) = default;
+};
+static_assert(sizeof(WorkItem) == 6 * sizeof(std::int32_t));
+
+// Host-known sizes of a problem: what capacities are computed from.
+struct ProblemSize {
+  std::int64_t batch = 0;      // B
+  std::int64_t total_q = 0;    // packed query rows
+  std::int64_t max_k_len = 0;  // largest k_len in the batch (an upper bound is fine)
+};
+
+// Element counts of every plan array for a problem; the work capacity is the spec's bound
+// total_rows * h_kv + ceil(total_q * topk * h_kv / q_per_item), with total_rows bounded by
+// batch * ceil(max_k_len / 128).
+struct K2qSizes {
+  std::int64_t max_rows;        // bound on total_rows
+  std::int64_t edges_per_head;  // total_q * topk
+  std::int64_t work_capacity;
+};
+K2qSizes k2q_sizes(const AttentionShape& shape, const ProblemSize& problem, int q_per_item);
+
+// The plan in host memory. Arrays are row-major with the shapes in brackets.
+struct K2qCsr {
+  int h_kv = 0;
+  int topk = 0;
+  int q_per_item = 0;
+  std::int64_t batch = 0;
+  std::int64_t total_q = 0;
+  std::int64_t total_rows = 0;              // sum_b ceil(k_len[b] / 128)
+  std::vector<std::int32_t> row_coords;     // [total_rows, 2] = (b, block)
+  std::vector<std::int32_t> row_ptr;        // [h_kv, total_rows + 1] exclusive edge prefix
+  std::vector<std::int32_t> q_indices;      // [h_kv, total_q * topk] request-local q, -1 tail
+  std::vector<std::int32_t> qsplit;         // [h_kv, total_q * topk] q_local | slot << 24, -1 tail
+  std::vector<std::int32_t> split_counts;   // [total_q, h_kv] valid edges of each query row
+  std::vector<WorkItem> work;               // [work_count], order free
+  std::int64_t work_capacity = 0;           // host bound that work.size() never exceeds
+};
+
+// The host builder (the oracle for the device builder). batch and topk
+// ([h_kv, total_q, topk] int32) must be CPU tensors. Ids outside [0, ceil(k_len / 128)) and
+// duplicates are ignored unless options.strict, which rejects them with an msa::Error.
+K2qCsr build_k2q_csr(const AttentionShape& shape, const VarlenBatch& batch,
+                     const TensorView& topk, const Options& options);
+
+}  // namespace msa

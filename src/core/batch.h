@@ -1,0 +1,35 @@
+// Host view of a packed varlen batch: the per-request numbers every operator derives.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "msa/shapes.h"
+
+namespace msa {
+
+struct BatchInfo {
+  std::int64_t batch = 0;            // B
+  std::int64_t total_q = 0;          // cu_q[B]
+  std::int64_t max_k_len = 0;
+  std::vector<std::int32_t> cu_q;    // [B + 1]
+  std::vector<std::int32_t> k_len;   // [B]
+  std::vector<std::int32_t> req_of;  // [total_q] request of each packed query row
+
+  std::int32_t q_len(std::int64_t b) const { return cu_q[b + 1] - cu_q[b]; }
+  // Bottom-right causal position of request-local query i of request b.
+  std::int64_t pos(std::int64_t b, std::int64_t i) const { return k_len[b] - q_len(b) + i; }
+  // Blocks of request b: ceil(k_len / 128).
+  std::int64_t blocks(std::int64_t b) const { return (k_len[b] + kBlockSize - 1) / kBlockSize; }
+  std::int64_t max_blocks() const { return (max_k_len + kBlockSize - 1) / kBlockSize; }
+};
+
+// Reads and checks a CPU batch: int32 rank-1 tensors of B + 1 and B elements, cu_seqlens_q
+// starting at 0 and non-decreasing, 0 <= q_len <= k_len, q_len < 2^24. Throws msa::Error naming
+// the first offending argument and value.
+BatchInfo read_batch(const VarlenBatch& batch);
+
+// The same for decode: B requests of Q queries each, seq_len [B] >= Q.
+BatchInfo read_decode_batch(const TensorView& seq_len, int q_per_request);
+
+}  // namespace msa

@@ -1,0 +1,134 @@
+// The one place where a backend is chosen for each operator. An operator the chosen backend
+// does not implement is an msa::Error, never a silent fallback.
+#include <string>
+
+#include "core/check.h"
+#include "core/impl.h"
+#include "core/validate.h"
+
+namespace msa {
+
+namespace {
+
+[[noreturn]] void unsupported(const char* op, Backend b) {
+  throw Error("options.backend", backend_name(b),
+              std::string(op) + " is not available on this backend in this build");
+}
+
+template <class ImplPtr, class CpuMake, class CudaMake>
+ImplPtr pick(const char* op, const Options& options, CpuMake cpu_make, CudaMake cuda_make) {
+  ImplPtr impl;
+  if (options.backend == Backend::kCpu) {
+    impl = cpu_make();
+  } else {
+#if MSA_WITH_CUDA
+    impl = cuda_make();
+#else
+    (void)cuda_make;
+#endif
+  }
+  if (!impl) unsupported(op, options.backend);
+  return impl;
+}
+
+void validate_options(const Options& options) {
+  MSA_REQUIRE(options.q_per_item >= 1 && options.q_per_item <= (1 << 20), "options.q_per_item",
+              std::to_string(options.q_per_item), "must be in 1..2^20");
+}
+
+#if MSA_WITH_CUDA
+#define MSA_CUDA_MAKE(fn) [] { return cuda::fn(); }
+#else
+#define MSA_CUDA_MAKE(fn) [] { return decltype(cpu::fn())(); }
+#endif
+
+}  // namespace
+
+bool cuda_available() {
+#if MSA_WITH_CUDA
+  return cuda::device_present();
+#else
+  return false;
+#endif
+}
+
+std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
+                                    const Options& options) {
+  validate_shape(shape);
+  validate_options(options);
+  if (options.backend == Backend::kCpu) return cpu::prefill_workspace_bytes(shape, problem);
+#if MSA_WITH_CUDA
+  return cuda::prefill_workspace_bytes(shape, problem, options);
+#else
+  unsupported("sparse prefill", options.backend);
+#endif
+}
+
+std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
+                                   const Options& options) {
+  validate_shape(shape);
+  if (options.backend == Backend::kCpu) return cpu::decode_workspace_bytes(shape, problem);
+  unsupported("sparse decode", options.backend);
+}
+
+std::unique_ptr<SparsePrefill::Impl> make_prefill_impl(const AttentionShape& shape,
+                                                       const Options& options) {
+  validate_shape(shape);
+  validate_options(options);
+  auto impl = pick<std::unique_ptr<SparsePrefill::Impl>>("sparse prefill", options,
+                                                         [] { return cpu::make_prefill(); },
+                                                         MSA_CUDA_MAKE(make_prefill));
+  impl->shape = shape;
+  impl->options = options;
+  return impl;
+}
+
+std::unique_ptr<SparseDecode::Impl> make_decode_impl(const AttentionShape& shape,
+                                                     const Options& options) {
+  validate_shape(shape);
+  validate_options(options);
+  auto impl = pick<std::unique_ptr<SparseDecode::Impl>>("sparse decode", options,
+                                                        [] { return cpu::make_decode(); },
+                                                        MSA_CUDA_MAKE(make_decode));
+  impl->shape = shape;
+  impl->options = options;
+  return impl;
+}
+
+std::unique_ptr<Indexer::Impl> make_indexer_impl(int h_i, int d, float scale,
+                                                 const Options& options) {
+  MSA_REQUIRE(h_i >= 1, "h_i", std::to_string(h_i), "need at least one index head");
+  MSA_REQUIRE(d == 128, "d", std::to_string(d), "unsupported head dim (supported: 128)");
+  MSA_REQUIRE(scale >= 0.f && scale < 1e30f, "scale", std::to_string(scale),
+              "must be finite and >= 0 (0 = 1/sqrt(d))");
+  auto impl = pick<std::unique_ptr<Indexer::Impl>>("indexer", options,
+                                                   [] { return cpu::make_indexer(); },
+                                                   MSA_CUDA_MAKE(make_indexer));
+  impl->h_i = h_i;
+  impl->d = d;
+  impl->scale = scale;
+  impl->options = options;
+  return impl;
+}
+
+std::unique_ptr<TopK::Impl> make_topk_impl(int topk, const Options& options) {
+  MSA_REQUIRE(topk >= 1 && topk <= 32, "topk", std::to_string(topk), "must be in 1..32");
+  auto impl = pick<std::unique_ptr<TopK::Impl>>("top-k", options, [] { return cpu::make_topk(); },
+                                                MSA_CUDA_MAKE(make_topk));
+  impl->topk = topk;
+  impl->options = options;
+  return impl;
+}
+
+std::unique_ptr<Combine::Impl> make_combine_impl(const AttentionShape& shape,
+                                                 const Options& options) {
+  validate_shape(shape);
+  auto impl = pick<std::unique_ptr<Combine::Impl>>("combine", options,
+                                                   [] { return cpu::make_combine(); },
+                                                   MSA_CUDA_MAKE(make_combine));
+  impl->shape = shape;
+  impl->options = options;
+  return impl;
+}
+
+}  // namespace msa

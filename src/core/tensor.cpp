@@ -1,0 +1,82 @@
+#include <cmath>
+#include <string>
+
+#include "msa/options.h"
+#include "msa/shapes.h"
+#include "msa/tensor.h"
+#include "msa/version.h"
+
+namespace msa {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kBF16: return "bf16";
+    case DType::kFP16: return "fp16";
+    case DType::kFP32: return "fp32";
+    case DType::kInt32: return "int32";
+  }
+  return "?";
+}
+
+const char* device_name(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
+const char* backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
+const char* version_string() { return "0.1.0"; }
+
+float AttentionShape::softmax_scale() const {
+  return scale != 0.f ? scale : 1.f / std::sqrt(static_cast<float>(d));
+}
+
+std::int64_t TensorView::numel() const {
+  if (rank == 0) return 0;
+  std::int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  std::int64_t expect = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (shape[i] != 1 && stride[i] != expect) return false;
+    expect *= shape[i];
+  }
+  return true;
+}
+
+std::string TensorView::shape_string() const {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                                  Device device) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.rank = static_cast<int>(shape.size());
+  int i = 0;
+  for (auto e : shape) t.shape[i++] = e;
+  std::int64_t s = 1;
+  for (int j = t.rank - 1; j >= 0; --j) {
+    t.stride[j] = s;
+    s *= t.shape[j];
+  }
+  return t;
+}
+
+TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                               std::initializer_list<std::int64_t> stride, Device device) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.rank = static_cast<int>(shape.size());
+  int i = 0;
+  for (auto e : shape) t.shape[i++] = e;
+  i = 0;
+  for (auto e : stride) t.stride[i++] = e;
+  return t;
+}
+
+}  // namespace msa

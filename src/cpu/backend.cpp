@@ -1,0 +1,143 @@
+// The CPU backend's operator objects: validate, then call the reference functions.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/impl.h"
+#include "core/validate.h"
+#include "cpu/reference.h"
+
+namespace msa::cpu {
+
+namespace {
+
+// Partial buffers of the block-major prefill: o [topk, total_q, h_q, d], lse [topk, total_q, h_q].
+std::size_t partial_floats(const AttentionShape& s, std::int64_t total_q) {
+  const auto rows = static_cast<std::size_t>(s.topk) * static_cast<std::size_t>(total_q) *
+                    static_cast<std::size_t>(s.h_q);
+  return rows * static_cast<std::size_t>(s.d) + rows;
+}
+
+// Scratch either owned (resized in plan) or borrowed from the caller.
+class Scratch {
+ public:
+  void borrow(void* data, std::size_t bytes) {
+    borrowed_ = static_cast<float*>(data);
+    borrowed_floats_ = bytes / sizeof(float);
+  }
+  float* get(std::size_t floats, bool may_allocate) {
+    if (borrowed_) {
+      MSA_REQUIRE(floats <= borrowed_floats_, "workspace.bytes",
+                  std::to_string(borrowed_floats_ * sizeof(float)),
+                  "too small: this plan needs " + std::to_string(floats * sizeof(float)));
+      return borrowed_;
+    }
+    if (owned_.size() < floats) {
+      MSA_REQUIRE(may_allocate, "workspace", "unplanned", "call plan() before run()");
+      owned_.resize(floats);
+    }
+    return owned_.data();
+  }
+
+ private:
+  float* borrowed_ = nullptr;
+  std::size_t borrowed_floats_ = 0;
+  std::vector<float> owned_;
+};
+
+class PrefillCpu final : public SparsePrefill::Impl {
+ public:
+  void set_workspace(void* data, std::size_t bytes) override { scratch_.borrow(data, bytes); }
+
+  void plan(const VarlenBatch& batch, const TensorView& topk, cudaStream_t) override {
+    plan_ = build_k2q_csr(shape, batch, topk, options);
+    planned_ = true;
+    scratch_.get(partial_floats(shape, plan_.total_q), /*may_allocate=*/true);
+  }
+
+  void run(const PrefillArgs& args, cudaStream_t) override {
+    MSA_REQUIRE(planned_, "plan", "none", "call plan() before run()");
+    const BatchInfo info = validate_prefill(shape, args, options, Device::kCpu);
+    MSA_REQUIRE(info.total_q == plan_.total_q, "q.shape[0]", std::to_string(info.total_q),
+                "differs from the planned total_q = " + std::to_string(plan_.total_q));
+    MSA_REQUIRE(info.batch == plan_.batch, "k_len.shape[0]", std::to_string(info.batch),
+                "differs from the planned batch = " + std::to_string(plan_.batch));
+    float* o_partial = scratch_.get(partial_floats(shape, plan_.total_q), false);
+    float* lse_partial = o_partial + static_cast<std::size_t>(shape.topk) * plan_.total_q * shape.h_q * shape.d;
+    cpu::sparse_prefill_partials(shape, args, plan_, o_partial, lse_partial);
+
+    CombineArgs c;
+    c.o_partial = TensorView::contiguous(o_partial, DType::kFP32,
+                                         {shape.topk, plan_.total_q, shape.h_q, shape.d});
+    c.lse_partial = TensorView::contiguous(lse_partial, DType::kFP32,
+                                           {shape.topk, plan_.total_q, shape.h_q});
+    c.split_counts = TensorView::contiguous(plan_.split_counts.data(), DType::kInt32,
+                                            {plan_.total_q, shape.h_kv});
+    c.out = args.out;
+    c.lse = args.lse;
+    cpu::combine(shape, c);
+  }
+
+  K2qCsr plan_snapshot() const override { return plan_; }
+
+ private:
+  K2qCsr plan_;
+  bool planned_ = false;
+  Scratch scratch_;
+};
+
+class DecodeCpu final : public SparseDecode::Impl {
+ public:
+  void set_workspace(void*, std::size_t) override {}  // the CPU decode needs no scratch
+  void plan(std::int64_t, int q_per_request, std::int64_t, cudaStream_t) override {
+    MSA_REQUIRE(q_per_request >= 1 && q_per_request <= 16, "q_per_request",
+                std::to_string(q_per_request), "must be in 1..16");
+  }
+  void run(const DecodeArgs& args, cudaStream_t) override {
+    validate_decode(shape, args, options, Device::kCpu);
+    cpu::sparse_decode(shape, args);
+  }
+};
+
+class IndexerCpu final : public Indexer::Impl {
+ public:
+  void plan(const VarlenBatch&, cudaStream_t) override {}
+  void run(const IndexerArgs& args, cudaStream_t) override {
+    validate_indexer(h_i, d, args, Device::kCpu);
+    cpu::indexer(args, scale != 0.f ? scale : 1.f / std::sqrt(static_cast<float>(d)));
+  }
+};
+
+class TopkCpu final : public TopK::Impl {
+ public:
+  void plan(const VarlenBatch&, cudaStream_t) override {}
+  void run(const TopkArgs& args, cudaStream_t) override {
+    validate_topk_args(topk, args, Device::kCpu);
+    cpu::topk_select(args, topk);
+  }
+};
+
+class CombineCpu final : public Combine::Impl {
+ public:
+  void plan(std::int64_t, cudaStream_t) override {}
+  void run(const CombineArgs& args, cudaStream_t) override {
+    validate_combine(shape, args, Device::kCpu);
+    cpu::combine(shape, args);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<SparsePrefill::Impl> make_prefill() { return std::make_unique<PrefillCpu>(); }
+std::unique_ptr<SparseDecode::Impl> make_decode() { return std::make_unique<DecodeCpu>(); }
+std::unique_ptr<Indexer::Impl> make_indexer() { return std::make_unique<IndexerCpu>(); }
+std::unique_ptr<TopK::Impl> make_topk() { return std::make_unique<TopkCpu>(); }
+std::unique_ptr<Combine::Impl> make_combine() { return std::make_unique<CombineCpu>(); }
+
+std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem) {
+  return partial_floats(shape, problem.total_q) * sizeof(float);
+}
+std::size_t decode_workspace_bytes(const AttentionShape&, const ProblemSize&) { return 0; }
+
+}  // namespace msa::cpu

@@ -1,0 +1,51 @@
+// The CPU reference backend: one function per operator, plain loops, FP32 accumulation
+// (FP64 where noted), OpenMP across rows. Arguments are validated by the caller (src/core);
+// these functions trust shapes and ranges and never allocate outputs.
+#pragma once
+
+#include <cstdint>
+
+#include "msa/combine.h"
+#include "msa/decode.h"
+#include "msa/indexer.h"
+#include "msa/plan.h"
+#include "msa/prefill.h"
+#include "msa/topk.h"
+
+namespace msa::cpu {
+
+// Indexer scores, spec §5: score[h, q, p] = scale * max over visible tokens of block p of
+// <index_q[q, h], index_k[t]>; blocks with no visible token (and columns past the request's
+// blocks) hold -inf.
+void indexer(const IndexerArgs& args, float scale);
+
+// Exact top-k, spec §5 (n <= topk: ascending 0..n-1 then -1; else topk-1 best by score
+// descending, ties to the smaller id, then the local block).
+void topk_select(const TopkArgs& args, int topk);
+
+// Sparse prefill, formulation 1: per (query, head), gather the selected blocks' visible keys
+// and take one masked softmax in FP64. Writes out and (if present) lse.
+void sparse_prefill_gather(const AttentionShape& shape, const PrefillArgs& args);
+
+// Sparse prefill, formulation 2: for every work item of the plan, attention of each of its
+// queries over that one block, written as a normalised partial at the query's slot:
+//   o_partial [topk, total_q, h_q, d] fp32, lse_partial [topk, total_q, h_q] fp32 (natural log,
+//   -inf when the block has no visible key). Slots >= split_counts are left untouched.
+void sparse_prefill_partials(const AttentionShape& shape, const PrefillArgs& args,
+                             const K2qCsr& plan, float* o_partial, float* lse_partial);
+
+// Combine, spec §3: ascending-slot LSE merge of partials into out (and lse).
+void combine(const AttentionShape& shape, const CombineArgs& args);
+
+// Sparse decode, spec §4: per (query, head) the FlashAttention-2 online recurrence in base 2
+// over the selected blocks in ascending order (lazy rescale, sinks seeded as m = sink*log2e,
+// l = 1).
+void sparse_decode(const AttentionShape& shape, const DecodeArgs& args);
+
+// Dense causal attention over paged/flat KV (the oracle for the dense-equivalence identity):
+// every query attends to keys 0..pos of its request, FP64 softmax. sinks/lse optional.
+void dense_causal(const AttentionShape& shape, const TensorView& q, const KvCache& kv,
+                  const VarlenBatch& batch, const TensorView& sinks, const TensorView& out,
+                  const TensorView& lse);
+
+}  // namespace msa::cpu

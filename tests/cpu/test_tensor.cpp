@@ -1,0 +1,66 @@
+// Tensor views, dtype conversions and the batch reader.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/batch.h"
+#include "core/half.h"
+#include "msa/msa.h"
+
+namespace {
+
+TEST(Half, Bf16RoundTripAndRounding) {
+  for (float f : {0.f, 1.f, -2.5f, 3.140625f, 0x1p-100f, -65536.f}) {
+    EXPECT_EQ(msa::bf16_to_float(msa::float_to_bf16(f)), f) << f;
+  }
+  // 1 + 2^-8 is halfway between bf16 1 and 1 + 2^-7: ties to even (1).
+  EXPECT_EQ(msa::bf16_to_float(msa::float_to_bf16(1.f + 1.f / 256)), 1.f);
+  EXPECT_EQ(msa::bf16_to_float(msa::float_to_bf16(1.f + 3.f / 256)), 1.f + 4.f / 256);
+  EXPECT_TRUE(std::isnan(msa::bf16_to_float(msa::float_to_bf16(NAN))));
+}
+
+TEST(Half, Fp16RoundTripAndRounding) {
+  for (float f : {0.f, 1.f, -2.5f, 65504.f, 6.103515625e-05f, 5.960464477539063e-08f}) {
+    EXPECT_EQ(msa::fp16_to_float(msa::float_to_fp16(f)), f) << f;
+  }
+  EXPECT_EQ(msa::fp16_to_float(msa::float_to_fp16(1.f + 1.f / 2048)), 1.f);  // tie to even
+  EXPECT_EQ(msa::fp16_to_float(msa::float_to_fp16(1.f + 3.f / 2048)), 1.f + 4.f / 2048);
+  EXPECT_TRUE(std::isinf(msa::fp16_to_float(msa::float_to_fp16(70000.f))));
+  EXPECT_EQ(msa::fp16_to_float(msa::float_to_fp16(1e-9f)), 0.f);
+}
+
+TEST(TensorView, ContiguousStridesAndShapeString) {
+  std::vector<float> buf(24);
+  auto t = msa::TensorView::contiguous(buf.data(), msa::DType::kFP32, {2, 3, 4});
+  EXPECT_EQ(t.stride[0], 12);
+  EXPECT_EQ(t.stride[1], 4);
+  EXPECT_EQ(t.stride[2], 1);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.shape_string(), "[2, 3, 4]");
+  EXPECT_EQ(t.offset(1, 2, 3), 23);
+  EXPECT_FALSE(msa::TensorView{}.present());
+}
+
+TEST(Batch, ReadsPositionsAndRejectsShortKv) {
+  std::vector<std::int32_t> cu = {0, 3, 3, 8}, kl = {130, 5, 5};
+  msa::VarlenBatch b{msa::TensorView::contiguous(cu.data(), msa::DType::kInt32, {4}),
+                     msa::TensorView::contiguous(kl.data(), msa::DType::kInt32, {3})};
+  const auto info = msa::read_batch(b);
+  EXPECT_EQ(info.total_q, 8);
+  EXPECT_EQ(info.pos(0, 0), 127);
+  EXPECT_EQ(info.blocks(0), 2);
+  EXPECT_EQ(info.req_of[3], 2);
+  EXPECT_EQ(info.max_k_len, 130);
+  kl[2] = 4;  // k_len < q_len
+  try {
+    msa::read_batch(b);
+    FAIL() << "expected msa::Error";
+  } catch (const msa::Error& e) {
+    EXPECT_EQ(e.argument(), "k_len[2]");
+    EXPECT_EQ(e.value(), "4");
+  }
+}
+
+}  // namespace
