@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The GPU machine's check: configure, build with all cores, run every test (CUDA ones
+# included), run the main job, and print a summary table. Results go to $1 (default: $OUT or
+# ./gpu_results).
+#
+# The GPU machine has no network: it needs the pinned CUTLASS wheel and (if GoogleTest is not
+# installed there) GoogleTest sources in .cache/, which scripts/prepare_offline.sh fills on a
+# machine with network.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+results=${1:-${OUT:-gpu_results}}
+mkdir -p "$results"
+build=build/gpu
+jobs=$(nproc)
+
+cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+wheel=$(ls .cache/cutlass/nvidia_cutlass-*.whl 2>/dev/null | head -n 1)
+[ -n "$wheel" ] && cfg+=("-DMSA_CUTLASS_WHEEL=$PWD/$wheel")
+[ -d .cache/googletest ] && cfg+=("-DMSA_GTEST_SOURCE_DIR=$PWD/.cache/googletest")
+
+status() { printf '%-28s %s\n' "$1" "$2" | tee -a "$results/summary.txt"; }
+: > "$results/summary.txt"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$results/gpu.txt" 2>&1
+status "gpu" "$(head -n 1 "$results/gpu.txt")"
+
+t0=$(date +%s)
+if cmake -S . -B "$build" "${cfg[@]}" > "$results/configure.log" 2>&1 &&
+   cmake --build "$build" -j "$jobs" > "$results/build.log" 2>&1; then
+  status "build" "ok ($(( $(date +%s) - t0 )) s, -j$jobs)"
+else
+  status "build" "FAILED (see build.log)"
+  tail -n 40 "$results/build.log" "$results/configure.log"
+  exit 1
+fi
+grep -E "spill|lmem|Used [0-9]+ registers" "$results/build.log" > "$results/ptxas.txt" || true
+
+ctest --test-dir "$build" -j 4 --output-on-failure > "$results/ctest.log" 2>&1
+ctest_rc=$?
+status "ctest" "$(grep -E 'tests passed|tests failed' "$results/ctest.log" | tail -n 1) (rc $ctest_rc)"
+"$build/tests/msa_tests" --gtest_brief=1 > "$results/gtest.log" 2>&1
+skipped=$(grep -c '^\[  SKIPPED \]' "$results/gtest.log" || true)
+status "gtest skipped lines" "$skipped"
+
+"$build/msa" run > "$results/msa_run.txt" 2>&1
+run_rc=$?
+status "msa run" "rc $run_rc: $(tail -n 1 "$results/msa_run.txt")"
+
+echo
+cat "$results/msa_run.txt"
+echo
+grep -E "FAILED|Failure" "$results/ctest.log" | head -n 20
+echo "== summary"
+cat "$results/summary.txt"
+[ $ctest_rc -eq 0 ] && [ $run_rc -eq 0 ]

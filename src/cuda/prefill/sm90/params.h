@@ -1,0 +1,53 @@
+// Runtime parameters of the KV-block-major sparse prefill kernel (sm_90a), host <-> device.
+// Shapes in brackets; strides in elements; "may be null" says when a pointer is optional.
+#pragma once
+
+#include <cstdint>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace msa::cuda {
+
+struct PrefillParams {
+  // Queries, bf16.
+  const void* q;                  // [total_q, h_q, d]
+  std::int64_t stride_q_token;
+  std::int64_t stride_q_head;
+
+  // Paged K/V, bf16: [num_pages, h_kv, page_size, d] (last dim contiguous). Flat K/V is the
+  // special case page_table == nullptr: token t of request b is row cu_seqlens_k[b] + t, with
+  // stride_kv_token between rows and stride_kv_page unused.
+  const void* k;
+  const void* v;
+  std::int64_t stride_kv_page;    // k and v share strides (validated)
+  std::int64_t stride_kv_head;
+  std::int64_t stride_kv_token;
+  std::int64_t num_pages;
+  int page_size;                  // 16, 32, 64 or 128; 0 for flat
+  const std::int32_t* page_table; // [B, max_pages]; null for flat
+  std::int64_t stride_page_table; // row stride of page_table
+  const std::int32_t* cu_seqlens_k; // [B + 1]; flat only, else may be null
+
+  // Batch.
+  const std::int32_t* cu_seqlens_q; // [B + 1]
+  const std::int32_t* k_len;        // [B]
+
+  // Plan (device arrays of the k2q CSR, spec §2).
+  const std::int32_t* work;         // [work_capacity, 6] (kv_head, row, q_begin, q_count, b, block)
+  const std::int32_t* work_count;   // [1]: items beyond it are idle (grid sized on the host)
+  const std::int32_t* qsplit;       // [h_kv, edges_per_head]: q_local | slot << 24
+  std::int64_t edges_per_head;      // total_q * topk
+
+  // Outputs.
+  void* o_partial;                  // [topk, total_q, h_q, d] bf16, normalised per block
+  float* lse_partial;               // [topk, total_q, h_q] natural log, -inf = no visible key
+
+  std::int64_t total_q;
+  int h_q;
+  int h_kv;
+  int group;                        // h_q / h_kv, 1..16
+  int topk;
+  float scale_log2;                 // softmax scale * log2(e)
+};
+
+}  // namespace msa::cuda
