@@ -14,6 +14,8 @@ struct CombineArgs {
   TensorView split_counts;  // [total_q, h_kv] int32: slots 0..n-1 of the row are valid
   TensorView out;           // [total_q, h_q, d] bf16 | fp16 (written)
   TensorView lse;           // [total_q, h_q] fp32; may be absent (written)
+  TensorView sinks;         // [h_q] fp32 attention-sink logits; may be absent. A sink joins the
+                            // merge as one more term exp(sink) of value zero (spec §6)
 };
 
 class Combine {
@@ -25,7 +27,7 @@ class Combine {
 
   void plan(std::int64_t total_q, cudaStream_t stream = nullptr);
   // Merges in ascending slot order (bitwise reproducible). n = 0, Z = 0 or a non-finite merge
-  // gives out = 0, lse = -inf.
+  // gives out = 0, lse = -inf; with a sink and no finite partial, out = 0 and lse = sink.
   void run(const CombineArgs& args, cudaStream_t stream = nullptr);
 
   struct Impl;

@@ -31,6 +31,12 @@ void check_dim(const TensorView& t, const std::string& name, int i, std::int64_t
                                             t.shape_string() + ")");
 }
 
+void check_shape(const TensorView& t, const std::string& name,
+                 std::initializer_list<std::int64_t> extents) {
+  int i = 0;
+  for (const std::int64_t e : extents) check_dim(t, name, i++, e);
+}
+
 void check_layout(const TensorView& t, const std::string& name) {
   for (int i = 0; i < t.rank; ++i) {
     MSA_REQUIRE(t.dim(i) >= 0, name + ".shape[" + std::to_string(i) + "]", std::to_string(t.dim(i)),

@@ -1,6 +1,8 @@
 // Argument checks that throw msa::Error naming the argument and the value.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "msa/error.h"
@@ -21,6 +23,9 @@ void check_device(const TensorView& t, const std::string& name, Device device);
 void check_dtype(const TensorView& t, const std::string& name, DType dtype);
 void check_rank(const TensorView& t, const std::string& name, int rank);
 void check_dim(const TensorView& t, const std::string& name, int i, std::int64_t extent);
+// check_dim for each extent in order (the rank is checked first by the caller).
+void check_shape(const TensorView& t, const std::string& name,
+                 std::initializer_list<std::int64_t> extents);
 // Last dim contiguous, strides non-negative, data aligned to 16 bytes (16-bit tensors) or to
 // the element size, and a null pointer only for zero elements.
 void check_layout(const TensorView& t, const std::string& name);

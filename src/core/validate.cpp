@@ -1,13 +1,279 @@
-// TEMPORARY STUB (being written): replaced by the full validation.
 #include "core/validate.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
 #include "core/check.h"
+#include "core/k2q_host.h"
+
 namespace msa {
-void validate_shape(const AttentionShape&) {}
-void validate_kv(const KvCache&, const BatchInfo&, int, int, DType, Device, bool) {}
-void validate_topk(const TensorView&, const BatchInfo&, int, int, bool, Device, bool) {}
-BatchInfo validate_prefill(const AttentionShape&, const PrefillArgs& a, const Options&, Device) { return read_batch(a.batch); }
-BatchInfo validate_decode(const AttentionShape&, const DecodeArgs& a, const Options&, Device) { return read_decode_batch(a.seq_len, a.q_per_request); }
-BatchInfo validate_indexer(int, int, const IndexerArgs& a, Device) { return read_batch(a.batch); }
-BatchInfo validate_topk_args(int, const TopkArgs& a, Device) { return read_batch(a.batch); }
-void validate_combine(const AttentionShape&, const CombineArgs&, Device) {}
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+std::string element(const std::string& name, std::int64_t i, std::int64_t j) {
+  return name + "[" + str(i) + ", " + str(j) + "]";
+}
+
+// Host values can be read only from CPU tensors (see validate.h).
+bool reads_values(Device device) { return device == Device::kCpu; }
+
+void check_half_tensor(const TensorView& t, const std::string& name, Device device, int rank) {
+  check_present(t, name);
+  check_device(t, name, device);
+  MSA_REQUIRE(t.dtype == DType::kBF16 || t.dtype == DType::kFP16, name + ".dtype",
+              to_string(t.dtype), "expected bf16 or fp16");
+  check_rank(t, name, rank);
+  check_layout(t, name);
+}
+
+// The batch of a prefill-like call: read on the CPU, metadata only on a device, where
+// total_q comes from the query rows (`rows`).
+BatchInfo batch_on(const VarlenBatch& batch, Device device, std::int64_t rows) {
+  if (reads_values(device)) return read_batch(batch);
+  check_tensor(batch.k_len, "k_len", device, DType::kInt32, 1);
+  check_tensor(batch.cu_seqlens_q, "cu_seqlens_q", device, DType::kInt32, 1);
+  check_dim(batch.cu_seqlens_q, "cu_seqlens_q", 0, batch.k_len.dim(0) + 1);
+  BatchInfo info;
+  info.batch = batch.k_len.dim(0);
+  info.total_q = rows;
+  return info;
+}
+
+void check_optional_fp32(const TensorView& t, const std::string& name, Device device,
+                         std::initializer_list<std::int64_t> extents) {
+  if (!t.present()) return;
+  check_tensor(t, name, device, DType::kFP32, static_cast<int>(extents.size()));
+  check_shape(t, name, extents);
+}
+
+// sinks [h_q] fp32 (optional), out [rows, h_q, d] in the inputs' dtype, lse [rows, h_q] fp32
+// (optional).
+void check_attention_outputs(const AttentionShape& shape, const TensorView& sinks,
+                             const TensorView& out, const TensorView& lse, DType dtype,
+                             std::int64_t rows, Device device) {
+  check_optional_fp32(sinks, "sinks", device, {shape.h_q});
+  check_tensor(out, "out", device, dtype, 3);
+  check_shape(out, "out", {rows, shape.h_q, shape.d});
+  check_optional_fp32(lse, "lse", device, {rows, shape.h_q});
+}
+
+void check_page_table(const KvCache& kv, const BatchInfo& batch, Device device,
+                      const std::string& prefix) {
+  const std::string name = prefix + "page_table";
+  check_tensor(kv.page_table, name, device, DType::kInt32, 2);
+  check_dim(kv.page_table, name, 0, batch.batch);
+  if (!reads_values(device)) return;
+  const std::int64_t page_size = kv.k.dim(2);
+  const std::int64_t num_pages = kv.k.dim(0);
+  for (std::int64_t b = 0; b < batch.batch; ++b) {
+    const std::int64_t used = (batch.k_len[b] + page_size - 1) / page_size;
+    MSA_REQUIRE(kv.page_table.dim(1) >= used, name + ".shape[1]", str(kv.page_table.dim(1)),
+                "too narrow: request " + str(b) + " (k_len " + str(batch.k_len[b]) + ") uses " +
+                    str(used) + " pages of " + str(page_size) + " tokens");
+  }
+  // Only the pages a request uses are read; the rest of a row may hold anything.
+  const auto* pt = kv.page_table.ptr<const std::int32_t>();
+  for (std::int64_t b = 0; b < batch.batch; ++b) {
+    const std::int64_t used = (batch.k_len[b] + page_size - 1) / page_size;
+    for (std::int64_t p = 0; p < used; ++p) {
+      const std::int32_t page = pt[kv.page_table.offset(b, p)];
+      MSA_REQUIRE(page >= 0 && page < num_pages, element(name, b, p), str(page),
+                  "page id out of range [0, num_pages = " + str(num_pages) + ")");
+    }
+  }
+}
+
+void check_cu_seqlens_k(const KvCache& kv, const BatchInfo& batch, Device device,
+                        const std::string& prefix) {
+  const std::string name = prefix + "cu_seqlens_k";
+  check_tensor(kv.cu_seqlens_k, name, device, DType::kInt32, 1);
+  check_dim(kv.cu_seqlens_k, name, 0, batch.batch + 1);
+  if (!reads_values(device)) return;
+  const auto* cu = kv.cu_seqlens_k.ptr<const std::int32_t>();
+  const auto at = [&](std::int64_t b) -> std::int64_t { return cu[b * kv.cu_seqlens_k.stride[0]]; };
+  const std::int64_t total_k = kv.k.dim(0);
+  MSA_REQUIRE(at(0) >= 0, name + "[0]", str(at(0)), "must be >= 0");
+  for (std::int64_t b = 0; b < batch.batch; ++b) {
+    MSA_REQUIRE(at(b + 1) - at(b) >= batch.k_len[b], name + "[" + str(b + 1) + "]", str(at(b + 1)),
+                "request " + str(b) + " spans " + str(at(b + 1) - at(b)) +
+                    " rows, fewer than its k_len = " + str(batch.k_len[b]));
+  }
+  MSA_REQUIRE(at(batch.batch) <= total_k, name + "[" + str(batch.batch) + "]", str(at(batch.batch)),
+              "beyond total_k = " + prefix + "k.shape[0] = " + str(total_k));
+}
+
+}  // namespace
+
+void validate_shape(const AttentionShape& shape) {
+  MSA_REQUIRE(shape.h_q >= 1, "shape.h_q", str(shape.h_q), "must be >= 1");
+  MSA_REQUIRE(shape.h_kv >= 1, "shape.h_kv", str(shape.h_kv), "must be >= 1");
+  MSA_REQUIRE(shape.h_q % shape.h_kv == 0, "shape.h_q", str(shape.h_q),
+              "must be a multiple of h_kv = " + str(shape.h_kv));
+  MSA_REQUIRE(shape.group() <= 16, "shape.h_q / shape.h_kv", str(shape.group()),
+              "group size must be in 1..16");
+  MSA_REQUIRE(shape.d == 128, "shape.d", str(shape.d), "unsupported head dim (supported: 128)");
+  MSA_REQUIRE(shape.topk >= 1 && shape.topk <= 32, "shape.topk", str(shape.topk),
+              "must be in 1..32");
+  MSA_REQUIRE(std::isfinite(shape.scale) && shape.scale >= 0.f, "shape.scale",
+              std::to_string(shape.scale), "must be finite and >= 0 (0 = 1/sqrt(d))");
+}
+
+void validate_kv(const KvCache& kv, const BatchInfo& batch, int h_kv, int d, DType dtype,
+                 Device device, bool require_v, const std::string& prefix) {
+  const std::string k_name = prefix + "k";
+  const std::string v_name = prefix + "v";
+  const bool paged = kv.paged();
+  MSA_REQUIRE(!(paged && kv.cu_seqlens_k.present()), prefix + "cu_seqlens_k", "present",
+              "give page_table (paged) or cu_seqlens_k (flat), not both");
+  check_tensor(kv.k, k_name, device, dtype, paged ? 4 : 3);
+  check_dim(kv.k, k_name, 1, h_kv);
+  if (paged) {
+    const std::int64_t page_size = kv.k.dim(2);
+    MSA_REQUIRE(page_size == 16 || page_size == 32 || page_size == 64 || page_size == 128,
+                k_name + ".shape[2]", str(page_size), "page size must be 16, 32, 64 or 128");
+  }
+  check_dim(kv.k, k_name, kv.k.rank - 1, d);
+  if (require_v) {
+    // The reference addresses v with k's offsets, and kernels share one descriptor shape.
+    check_tensor(kv.v, v_name, device, dtype, kv.k.rank);
+    for (int i = 0; i < kv.k.rank; ++i) {
+      std::string at = "[";  // appended piecewise: GCC 12 warns falsely on "[" + string&&
+      at += str(i);
+      at += ']';
+      MSA_REQUIRE(kv.v.dim(i) == kv.k.dim(i), v_name + ".shape" + at, str(kv.v.dim(i)),
+                  "must equal " + k_name + ".shape" + at + " = " + str(kv.k.dim(i)));
+      MSA_REQUIRE(kv.v.stride[i] == kv.k.stride[i], v_name + ".stride" + at, str(kv.v.stride[i]),
+                  "must equal " + k_name + ".stride" + at + " = " + str(kv.k.stride[i]));
+    }
+  } else {
+    MSA_REQUIRE(!kv.v.present(), v_name, "present", "this cache has keys only");
+  }
+  if (paged) {
+    check_page_table(kv, batch, device, prefix);
+  } else {
+    check_cu_seqlens_k(kv, batch, device, prefix);
+  }
+}
+
+void validate_topk(const TensorView& topk, const BatchInfo& batch, int h_kv, int topk_width,
+                   bool strict, Device device, bool head_major) {
+  check_tensor(topk, "topk", device, DType::kInt32, 3);
+  if (head_major) {
+    check_shape(topk, "topk", {h_kv, batch.total_q, topk_width});
+  } else {
+    check_shape(topk, "topk", {batch.total_q, h_kv, topk_width});
+  }
+  if (!strict || !reads_values(device)) return;
+  const auto* ids = topk.ptr<const std::int32_t>();
+  // Memory order, so the first offender is the first one a reader of the tensor meets.
+  for (std::int64_t i = 0; i < topk.dim(0); ++i) {
+    for (std::int64_t j = 0; j < topk.dim(1); ++j) {
+      const std::int64_t q = head_major ? j : i;
+      const std::int32_t b = batch.req_of[q];
+      const std::int64_t local = batch.pos(b, q - batch.cu_q[b]) / kBlockSize;
+      const auto bad =
+          check_row_contract(ids + topk.offset(i, j, 0), topk.stride[2], topk_width, local);
+      if (bad) {
+        throw Error("topk[" + str(i) + ", " + str(j) + ", " + str(bad->slot) + "]", str(bad->value),
+                    bad->rule + " (strict mode)");
+      }
+    }
+  }
+}
+
+BatchInfo validate_prefill(const AttentionShape& shape, const PrefillArgs& args,
+                           const Options& options, Device device) {
+  validate_shape(shape);
+  check_half_tensor(args.q, "q", device, 3);
+  const BatchInfo info = batch_on(args.batch, device, args.q.dim(0));
+  check_shape(args.q, "q", {info.total_q, shape.h_q, shape.d});
+  validate_kv(args.kv, info, shape.h_kv, shape.d, args.q.dtype, device, true);
+  validate_topk(args.topk, info, shape.h_kv, shape.topk, options.strict, device);
+  check_attention_outputs(shape, args.sinks, args.out, args.lse, args.q.dtype, info.total_q,
+                          device);
+  return info;
+}
+
+BatchInfo validate_decode(const AttentionShape& shape, const DecodeArgs& args,
+                          const Options& options, Device device) {
+  validate_shape(shape);
+  MSA_REQUIRE(args.q_per_request >= 1 && args.q_per_request <= 16, "q_per_request",
+              str(args.q_per_request), "must be in 1..16");
+  check_half_tensor(args.q, "q", device, 3);
+  BatchInfo info;
+  if (reads_values(device)) {
+    info = read_decode_batch(args.seq_len, args.q_per_request);
+  } else {
+    check_tensor(args.seq_len, "seq_len", device, DType::kInt32, 1);
+    info.batch = args.seq_len.dim(0);
+    info.total_q = info.batch * args.q_per_request;
+  }
+  check_shape(args.q, "q", {info.total_q, shape.h_q, shape.d});
+  validate_kv(args.kv, info, shape.h_kv, shape.d, args.q.dtype, device, true);
+  validate_topk(args.topk, info, shape.h_kv, shape.topk, options.strict, device,
+                args.topk_head_major);
+  check_attention_outputs(shape, args.sinks, args.out, args.lse, args.q.dtype, info.total_q,
+                          device);
+  return info;
+}
+
+BatchInfo validate_indexer(int h_i, int d, const IndexerArgs& args, Device device) {
+  check_half_tensor(args.index_q, "index_q", device, 3);
+  const BatchInfo info = batch_on(args.batch, device, args.index_q.dim(0));
+  check_shape(args.index_q, "index_q", {info.total_q, h_i, d});
+  validate_kv(args.index_k, info, 1, d, args.index_q.dtype, device, false, "index_k.");
+  check_tensor(args.scores, "scores", device, DType::kFP32, 3);
+  check_dim(args.scores, "scores", 0, h_i);
+  check_dim(args.scores, "scores", 1, info.total_q);
+  MSA_REQUIRE(!reads_values(device) || args.scores.dim(2) >= info.max_blocks(), "scores.shape[2]",
+              str(args.scores.dim(2)),
+              "too narrow: needs ceil(max k_len / 128) = " + str(info.max_blocks()) + " columns");
+  return info;
+}
+
+BatchInfo validate_topk_args(int topk, const TopkArgs& args, Device device) {
+  check_tensor(args.scores, "scores", device, DType::kFP32, 3);
+  const BatchInfo info = batch_on(args.batch, device, args.scores.dim(1));
+  check_dim(args.scores, "scores", 1, info.total_q);
+  MSA_REQUIRE(!reads_values(device) || args.scores.dim(2) >= info.max_blocks(), "scores.shape[2]",
+              str(args.scores.dim(2)),
+              "too narrow: needs ceil(max k_len / 128) = " + str(info.max_blocks()) + " columns");
+  check_tensor(args.topk, "topk", device, DType::kInt32, 3);
+  check_shape(args.topk, "topk", {args.scores.dim(0), info.total_q, topk});
+  return info;
+}
+
+void validate_combine(const AttentionShape& shape, const CombineArgs& args, Device device) {
+  const TensorView& op = args.o_partial;
+  check_present(op, "o_partial");
+  check_device(op, "o_partial", device);
+  MSA_REQUIRE(op.dtype == DType::kFP32 || op.dtype == DType::kBF16, "o_partial.dtype",
+              to_string(op.dtype), "expected fp32 or bf16");
+  check_rank(op, "o_partial", 4);
+  check_layout(op, "o_partial");
+  const std::int64_t total_q = op.dim(1);
+  check_shape(op, "o_partial", {shape.topk, total_q, shape.h_q, shape.d});
+  check_tensor(args.lse_partial, "lse_partial", device, DType::kFP32, 3);
+  check_shape(args.lse_partial, "lse_partial", {shape.topk, total_q, shape.h_q});
+  check_tensor(args.split_counts, "split_counts", device, DType::kInt32, 2);
+  check_shape(args.split_counts, "split_counts", {total_q, shape.h_kv});
+  check_optional_fp32(args.sinks, "sinks", device, {shape.h_q});
+  check_half_tensor(args.out, "out", device, 3);
+  check_shape(args.out, "out", {total_q, shape.h_q, shape.d});
+  check_optional_fp32(args.lse, "lse", device, {total_q, shape.h_q});
+  if (!reads_values(device)) return;
+  // Counts index the partial slots: beyond topk would read past o_partial.
+  const auto* counts = args.split_counts.ptr<const std::int32_t>();
+  for (std::int64_t q = 0; q < total_q; ++q) {
+    for (std::int64_t h = 0; h < shape.h_kv; ++h) {
+      const std::int32_t n = counts[args.split_counts.offset(q, h)];
+      MSA_REQUIRE(n >= 0 && n <= shape.topk, element("split_counts", q, h), str(n),
+                  "must be in [0, topk = " + str(shape.topk) + "]");
+    }
+  }
+}
+
 }  // namespace msa

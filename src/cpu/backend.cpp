@@ -76,6 +76,7 @@ class PrefillCpu final : public SparsePrefill::Impl {
                                             {plan_.total_q, shape.h_kv});
     c.out = args.out;
     c.lse = args.lse;
+    c.sinks = args.sinks;
     cpu::combine(shape, c);
   }
 

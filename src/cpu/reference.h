@@ -1,6 +1,9 @@
 // The CPU reference backend: one function per operator, plain loops, FP32 accumulation
 // (FP64 where noted), OpenMP across rows. Arguments are validated by the caller (src/core);
-// these functions trust shapes and ranges and never allocate outputs.
+// these functions trust shapes and ranges and never allocate outputs. Top-k rows are read as
+// the set of their ids in [0, ceil(k_len / 128)), so no row can cause an out-of-bounds read.
+// A row with no visible key gets out = 0 and lse = -inf, or lse = sink when a sink is given
+// (the sink's own mass, with its zero value).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +37,8 @@ void sparse_prefill_gather(const AttentionShape& shape, const PrefillArgs& args)
 void sparse_prefill_partials(const AttentionShape& shape, const PrefillArgs& args,
                              const K2qCsr& plan, float* o_partial, float* lse_partial);
 
-// Combine, spec §3: ascending-slot LSE merge of partials into out (and lse).
+// Combine, spec §3: ascending-slot LSE merge of partials into out (and lse). A sink
+// (args.sinks) joins the merge as one more term exp(sink) of value zero.
 void combine(const AttentionShape& shape, const CombineArgs& args);
 
 // Sparse decode, spec §4: per (query, head) the FlashAttention-2 online recurrence in base 2

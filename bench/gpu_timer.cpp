@@ -1,0 +1,85 @@
+#include "bench/gpu_timer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "msa/error.h"
+
+#if MSA_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace msa::bench {
+
+#if MSA_WITH_CUDA
+namespace {
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+}  // namespace
+
+long long device_l2_bytes() {
+  int dev = 0, l2 = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute");
+  return l2;
+}
+
+Timing time_graph_replays(const std::function<void(int, cudaStream_t)>& launch, int sets,
+                          int warmup, int reps) {
+  if (sets < 1 || reps < 1 || warmup < 0)
+    throw Error("time_graph_replays", std::to_string(sets) + "/" + std::to_string(reps),
+                "need sets >= 1, reps >= 1, warmup >= 0");
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::vector<cudaGraphExec_t> execs(static_cast<std::size_t>(sets));
+  for (int s = 0; s < sets; ++s) {
+    cudaGraph_t graph;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    launch(s, stream);
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&execs[s], graph, 0), "cudaGraphInstantiate");
+    check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  }
+  for (int i = 0; i < warmup; ++i) check(cudaGraphLaunch(execs[i % sets], stream), "cudaGraphLaunch");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> ms(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
+    check(cudaGraphLaunch(execs[(warmup + i) % sets], stream), "cudaGraphLaunch");
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float t = 0.f;
+    check(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+    ms[i] = t;
+  }
+  check(cudaEventDestroy(start), "cudaEventDestroy");
+  check(cudaEventDestroy(stop), "cudaEventDestroy");
+  for (auto e : execs) check(cudaGraphExecDestroy(e), "cudaGraphExecDestroy");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+
+  Timing t;
+  t.reps = reps;
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  t.median_ms = reps % 2 ? sorted[reps / 2] : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
+  t.min_ms = sorted.front();
+  t.mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / reps;
+  double var = 0.0;
+  for (double x : ms) var += (x - t.mean_ms) * (x - t.mean_ms);
+  t.cv = t.mean_ms > 0.0 ? std::sqrt(var / reps) / t.mean_ms : 0.0;
+  return t;
+}
+#else
+long long device_l2_bytes() { return 0; }
+Timing time_graph_replays(const std::function<void(int, cudaStream_t)>&, int, int, int) {
+  throw Error("backend", "cpu", "GPU timing needs the CUDA backend");
+}
+#endif
+
+}  // namespace msa::bench

@@ -1,0 +1,30 @@
+// Kernel timing on the GPU the way targets.md asks: each input set's launches captured in a
+// CUDA graph, warm-up replays, then timed replays cycling through the sets (so that the sets
+// together exceed 2x L2 and no replay runs from a warm cache), CUDA events around each replay,
+// median and coefficient of variation.
+#pragma once
+
+#include <functional>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace msa::bench {
+
+struct Timing {
+  double median_ms = 0.0;
+  double mean_ms = 0.0;
+  double min_ms = 0.0;
+  double cv = 0.0;  // standard deviation / mean
+  int reps = 0;
+};
+
+// launch(set, stream) enqueues the work of input set `set` (0..sets-1) on `stream`; it is
+// captured once per set. Throws msa::Error on any CUDA failure. Without the CUDA backend it
+// throws as well.
+Timing time_graph_replays(const std::function<void(int set, cudaStream_t stream)>& launch,
+                          int sets, int warmup, int reps);
+
+// L2 size of the current device in bytes (0 without CUDA).
+long long device_l2_bytes();
+
+}  // namespace msa::bench

@@ -1,0 +1,28 @@
+// Per-row top-k rules shared by the host planner (k2q_host.cpp) and validation
+// (validate.cpp), so that the selection semantics and the strict producer contract exist once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace msa {
+
+// The selection of one top-k row (spec §1): its distinct ids in [0, n_blocks), ascending,
+// written to sorted[0, count) (capacity topk); returns count. Slot s of a query is the rank
+// of its block in this list. Ids are slot_stride elements apart so both layouts share it.
+int row_selection(const std::int32_t* ids, std::int64_t slot_stride, int topk,
+                  std::int64_t n_blocks, std::int32_t* sorted);
+
+// The first breach of the producer contract in one row of a query whose local block is
+// `local`: ids a -1-padded prefix, unique, in [0, local], the last valid id == local, and
+// min(topk, local + 1) valid ids.
+struct RowViolation {
+  int slot;
+  std::int32_t value;
+  std::string rule;
+};
+std::optional<RowViolation> check_row_contract(const std::int32_t* ids, std::int64_t slot_stride,
+                                               int topk, std::int64_t local);
+
+}  // namespace msa
