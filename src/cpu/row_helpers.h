@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/k2q_host.h"
 #include "cpu/kv_access.h"
 #include "msa/tensor.h"
 
@@ -62,13 +63,8 @@ inline float dot_f32(const float* a, const float* b, int d) {
 // strided (slot_stride elements apart) so both top-k layouts share this.
 inline void selected_blocks(const std::int32_t* ids, std::int64_t slot_stride, int topk,
                             std::int64_t n_blocks, std::vector<std::int32_t>& out) {
-  out.clear();
-  for (int s = 0; s < topk; ++s) {
-    const std::int32_t id = ids[s * slot_stride];
-    if (id >= 0 && id < n_blocks) out.push_back(id);
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  out.resize(static_cast<std::size_t>(topk));
+  out.resize(static_cast<std::size_t>(row_selection(ids, slot_stride, topk, n_blocks, out.data())));
 }
 
 // K and V rows of a list of key tokens of one (request, kv head), converted to float
