@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # The GPU machine's check: configure, build with all cores, run every test (CUDA ones
-# included), run the main job, and print a summary table. Results go to $1 (default: $OUT or
-# ./gpu_results).
+# included), run the main job, and print a summary table. Results go to the folder argument
+# (default: $OUT or ./gpu_results).
+#   --bench      also run `msa bench prefill` (default suite) and dense attention beside it
+#   --sanitize   also run the CUDA prefill tests under compute-sanitizer memcheck and racecheck
 #
 # The GPU machine has no network: it needs the pinned CUTLASS wheel and (if GoogleTest is not
 # installed there) GoogleTest sources in .cache/, which scripts/prepare_offline.sh fills on a
 # machine with network.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-results=${1:-${OUT:-gpu_results}}
+bench=0 sanitize=0 results=
+for arg in "$@"; do
+  case "$arg" in
+    --bench) bench=1 ;;
+    --sanitize) sanitize=1 ;;
+    *) results=$arg ;;
+  esac
+done
+results=${results:-${OUT:-gpu_results}}
 mkdir -p "$results"
 build=build/gpu
 jobs=$(nproc)
@@ -46,8 +56,25 @@ status "gtest skipped lines" "$skipped"
 run_rc=$?
 status "msa run" "rc $run_rc: $(tail -n 1 "$results/msa_run.txt")"
 
+if [ $bench -eq 1 ]; then
+  "$build/msa" bench prefill > "$results/bench_prefill.txt" 2>&1
+  status "msa bench prefill" "rc $?"
+  python3 scripts/bench_dense.py 8192 32768 > "$results/bench_dense.txt" 2>&1
+  status "dense (PyTorch SDPA)" "rc $?"
+fi
+
+if [ $sanitize -eq 1 ]; then
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 99 "$build/tests/msa_tests" \
+      --gtest_filter='*PrefillCuda*page64*:*PrefillCuda*adversarial*:*PrefillKernel*page16*:*CombineCuda*:*K2qDeviceBackend*' \
+      > "$results/sanitize_$tool.txt" 2>&1
+    status "compute-sanitizer $tool" "rc $? ($(grep -E 'ERROR SUMMARY' "$results/sanitize_$tool.txt" | tail -n 1))"
+  done
+fi
+
 echo
 cat "$results/msa_run.txt"
+[ $bench -eq 1 ] && cat "$results/bench_prefill.txt" "$results/bench_dense.txt"
 echo
 grep -E "FAILED|Failure" "$results/ctest.log" | head -n 20
 echo "== summary"

@@ -22,10 +22,9 @@ bool cuda_implements(Stage stage, const AttentionShape& shape) {
   return true;
 }
 
-// Stages whose inputs the tool can stage in device memory. None yet: device buffers come
-// with the GPU bench issue; until then a CUDA operator is not run rather than run on host
-// pointers.
-bool tool_has_device_path(Stage) { return false; }
+// Stages whose inputs the tool stages in device memory (tools/device_workload.h); the others
+// are not run on CUDA rather than run on host pointers.
+bool tool_has_device_path(Stage stage) { return stage == Stage::kPlan || stage == Stage::kPrefill; }
 
 }  // namespace
 

@@ -51,4 +51,7 @@ std::string run_usage();  // `msa run --help`, with the defaults
 // The whole pipeline on the workload; returns the exit code.
 int run_command(const RunOptions& options);
 
+// `msa bench <benchmark> [options]` (tools/bench.cpp); returns the exit code.
+int bench_command(const std::vector<std::string>& args);
+
 }  // namespace msa::tool

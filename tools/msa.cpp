@@ -1,4 +1,4 @@
-// msa: command line entry point. Commands: run (the whole pipeline, verified), bench (later).
+// msa: command line entry point. Commands: run (the whole pipeline, verified), bench (GPU timings).
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -15,7 +15,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  run     indexer -> top-k -> plan -> sparse prefill (+ combine) and a decode step on a\n"
     "          built-in workload, each stage verified against the CPU reference\n"
-    "  bench   timed kernels on the GPU (not available yet)\n"
+    "  bench   timed kernels on the GPU: msa bench prefill [--help]\n"
     "\n"
     "options:\n"
     "  -h, --help     this text (msa run --help: the options of run)\n"
@@ -46,10 +46,7 @@ int dispatch(const std::vector<std::string>& args) {
     }
     return run_command(options);
   }
-  if (command == "bench") {
-    std::fputs("msa bench: not available yet (GPU issue)\n", stderr);
-    return kExitUsage;
-  }
+  if (command == "bench") return bench_command({args.begin() + 1, args.end()});
   throw UsageError("msa: unknown command '" + command + "' (see msa --help)");
 }
 

@@ -16,6 +16,7 @@
 #include "msa/msa.h"
 #include "tools/backends.h"
 #include "tools/checks.h"
+#include "tools/device_workload.h"
 #include "tools/cli.h"
 #include "tools/table.h"
 
@@ -228,11 +229,25 @@ class Pipeline {
     row.detail += "; spec invariants; = host builder";
   }
 
+  // One run() of the planned prefill into out/lse, on the plan's backend; returns wall ms
+  // (on CUDA including the wait for the device; msa bench times kernels properly).
+  double run_prefill(HostTensor& out, HostTensor& lse) {
+    if (!device_) return time_ms([&] { prefill_op_->run(prefill_.prefill_args(out, lse)); });
+    const double ms = time_ms([&] {
+      prefill_op_->run(device_->args());
+      device_->synchronize();
+    });
+    device_->download(out, lse);
+    return ms;
+  }
+
   void prefill_stage() {
     StageRow& row = begin(Stage::kPrefill);
     out_ = HostTensor(DType::kBF16, {prefill_.total_q, shape_.h_q, shape_.d});
     lse_ = HostTensor(DType::kFP32, {prefill_.total_q, shape_.h_q});
-    row.ms = time_ms([&] { prefill_op_->run(prefill_.prefill_args(out_, lse_)); });
+    if (backend(Stage::kPrefill).backend == Backend::kCuda) device_.emplace(prefill_);
+    run_prefill(out_, lse_);  // first call: one-time costs (kernel attributes) stay out of the row
+    row.ms = run_prefill(out_, lse_);
     const auto selection = bench::count_selection(prefill_.topk.view(), o_.requests);
     row.flops = bench::attention_flops(shape_, selection);
     bytes_ = bench::prefill_bytes(shape_, selection, prefill_.total_q).total();
@@ -246,7 +261,7 @@ class Pipeline {
 
     // Spec §3: the same inputs give bitwise-identical outputs.
     HostTensor out2(out_.dtype(), out_.shape()), lse2(lse_.dtype(), lse_.shape());
-    prefill_op_->run(prefill_.prefill_args(out2, lse2));
+    run_prefill(out2, lse2);
     const bool same = std::memcmp(out2.raw(), out_.raw(), out_.bytes()) == 0 &&
                       std::memcmp(lse2.raw(), lse_.raw(), lse_.bytes()) == 0;
     row.detail += same ? "; rerun bitwise equal" : "; rerun NOT bitwise equal";
@@ -346,6 +361,7 @@ class Pipeline {
   bench::Workload prefill_;
   HostTensor scores_;
   std::optional<SparsePrefill> prefill_op_;
+  std::optional<DeviceWorkload> device_;  // device copies when the prefill runs on CUDA
   HostTensor out_, lse_;
   double bytes_ = 0;
   std::vector<StageRow> rows_;

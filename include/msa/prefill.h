@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "msa/options.h"
@@ -34,12 +35,21 @@ class SparsePrefill {
   // Use caller memory (on the backend's device, 256-byte aligned) as the scratch.
   void set_workspace(void* data, std::size_t bytes);
 
-  // Builds the reverse CSR and work list of this batch and selection.
+  // Builds the reverse CSR and work list of this batch and selection. On the CUDA backend
+  // with batch tensors in device memory use the overload below (k_len cannot be read without
+  // a host synchronisation); CPU batch tensors work with both backends.
   void plan(const VarlenBatch& batch, const TensorView& topk, cudaStream_t stream = nullptr);
+  // The same with a host-known bound max_k_len >= every k_len[b] (capacities are sized from
+  // it). With device-resident cu_seqlens_q, k_len and topk the CUDA backend plans entirely on
+  // the device: no host synchronisation, capturable in a CUDA graph once the workspace is big
+  // enough (set_workspace(), or an earlier plan() of an equal or larger problem).
+  void plan(const VarlenBatch& batch, const TensorView& topk, std::int64_t max_k_len,
+            cudaStream_t stream);
   // Attention over the planned selection; args.batch and args.topk must be those planned.
   // Never allocates.
   void run(const PrefillArgs& args, cudaStream_t stream = nullptr);
-  // A host copy of the current plan.
+  // A host copy of the current plan. On CUDA it synchronises with the plan's stream and copies
+  // the device arrays back: a debugging and testing aid, not for hot paths.
   K2qCsr plan_snapshot() const;
 
   const AttentionShape& shape() const;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "msa/combine.h"
@@ -17,6 +18,13 @@ struct SparsePrefill::Impl {
   virtual ~Impl() = default;
   virtual void set_workspace(void* data, std::size_t bytes) = 0;
   virtual void plan(const VarlenBatch& batch, const TensorView& topk, cudaStream_t stream) = 0;
+  // plan() with a host bound on k_len (max_k_len >= 0; SparsePrefill::plan's 4-argument
+  // overload). Backends that read the batch on the host need no bound and ignore it.
+  virtual void plan_bounded(const VarlenBatch& batch, const TensorView& topk,
+                            std::int64_t max_k_len, cudaStream_t stream) {
+    (void)max_k_len;
+    plan(batch, topk, stream);
+  }
   virtual void run(const PrefillArgs& args, cudaStream_t stream) = 0;
   virtual K2qCsr plan_snapshot() const = 0;
   AttentionShape shape;

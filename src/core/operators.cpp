@@ -1,5 +1,8 @@
 // The public operator objects: thin forwards to the backend Impl chosen in dispatch.cpp.
+#include <string>
+
 #include "core/impl.h"
+#include "msa/error.h"
 
 namespace msa {
 
@@ -25,6 +28,11 @@ std::size_t SparsePrefill::workspace_bytes(const AttentionShape& shape, const Pr
 void SparsePrefill::set_workspace(void* data, std::size_t bytes) { impl_->set_workspace(data, bytes); }
 void SparsePrefill::plan(const VarlenBatch& batch, const TensorView& topk, cudaStream_t stream) {
   impl_->plan(batch, topk, stream);
+}
+void SparsePrefill::plan(const VarlenBatch& batch, const TensorView& topk, std::int64_t max_k_len,
+                         cudaStream_t stream) {
+  if (max_k_len < 0) throw Error("max_k_len", std::to_string(max_k_len), "must be >= 0");
+  impl_->plan_bounded(batch, topk, max_k_len, stream);
 }
 void SparsePrefill::run(const PrefillArgs& args, cudaStream_t stream) { impl_->run(args, stream); }
 K2qCsr SparsePrefill::plan_snapshot() const { return impl_->plan_snapshot(); }

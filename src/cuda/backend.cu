@@ -2,7 +2,18 @@
 // nullptr so that dispatch reports them as unsupported (never a silent CPU fallback).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/batch.h"
+#include "core/check.h"
 #include "core/impl.h"
+#include "core/validate.h"
+#include "cuda/combine/launch.h"
+#include "cuda/common/check.h"
+#include "cuda/plan/k2q_device.h"
+#include "cuda/prefill/sm90/launch.h"
 #include "msa/error.h"
 
 namespace msa::cuda {
@@ -16,14 +27,338 @@ bool device_present() {
   return count > 0;
 }
 
-std::unique_ptr<SparsePrefill::Impl> make_prefill() { return nullptr; }
+namespace {
+
+std::size_t round256(std::size_t bytes) { return (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256; }
+
+// The supported prefill instance; every other value is an error naming it.
+void check_prefill_shape(const AttentionShape& shape) {
+  MSA_REQUIRE(shape.d == 128, "shape.d", std::to_string(shape.d),
+              "the CUDA sparse prefill supports head dim 128 only (for now)");
+  MSA_REQUIRE(shape.topk >= 1 && shape.topk <= 32, "shape.topk", std::to_string(shape.topk),
+              "the CUDA sparse prefill supports topk in 1..32");
+}
+
+// Workspace of one prefill problem, in this order (each piece 256-byte aligned): the device
+// planner's buffers, o_partial, lse_partial, and staging copies of CPU batch / top-k tensors.
+struct PrefillLayout {
+  K2qDeviceSizes k2q;
+  std::size_t o_partial = 0;    // [topk, total_q, h_q, d] bf16
+  std::size_t lse_partial = 0;  // [topk, total_q, h_q] fp32
+  std::size_t batch = 0;        // cu_seqlens_q [B + 1] then k_len [B], int32
+  std::size_t topk = 0;         // [h_kv, total_q, topk] int32
+  std::size_t total = 0;
+};
+
+PrefillLayout prefill_layout(const AttentionShape& shape, const ProblemSize& problem,
+                             const Options& options) {
+  check_prefill_shape(shape);
+  PrefillLayout l;
+  l.k2q = k2q_device_sizes(shape.h_kv, shape.topk, options.q_per_item, problem);
+  const auto rows = static_cast<std::size_t>(shape.topk) * static_cast<std::size_t>(problem.total_q) *
+                    static_cast<std::size_t>(shape.h_q);
+  l.o_partial = round256(rows * static_cast<std::size_t>(shape.d) * 2);
+  l.lse_partial = round256(rows * sizeof(float));
+  l.batch = round256(static_cast<std::size_t>(2 * problem.batch + 1) * sizeof(std::int32_t));
+  l.topk = round256(static_cast<std::size_t>(shape.h_kv) * static_cast<std::size_t>(problem.total_q) *
+                    static_cast<std::size_t>(shape.topk) * sizeof(std::int32_t));
+  l.total = l.k2q.total + l.o_partial + l.lse_partial + l.batch + l.topk;
+  return l;
+}
+
+struct PrefillWorkspace {
+  K2qDeviceBuffers k2q{};
+  void* o_partial = nullptr;
+  float* lse_partial = nullptr;
+  std::int32_t* cu_seqlens_q = nullptr;  // staging, [B + 1]
+  std::int32_t* k_len = nullptr;         // staging, [B]
+  std::int32_t* topk = nullptr;          // staging, [h_kv, total_q, topk]
+};
+
+PrefillWorkspace carve(const PrefillLayout& l, std::int64_t batch, void* base) {
+  PrefillWorkspace w;
+  auto* at = static_cast<char*>(base);
+  w.k2q = k2q_device_carve(l.k2q, at);
+  at += l.k2q.total;
+  w.o_partial = at;
+  at += l.o_partial;
+  w.lse_partial = reinterpret_cast<float*>(at);
+  at += l.lse_partial;
+  w.cu_seqlens_q = reinterpret_cast<std::int32_t*>(at);
+  w.k_len = w.cu_seqlens_q + batch + 1;
+  at += l.batch;
+  w.topk = reinterpret_cast<std::int32_t*>(at);
+  return w;
+}
+
+bool contiguous_vector(const TensorView& t) { return t.dim(0) <= 1 || t.stride[0] == 1; }
+
+void check_int32_vector(const TensorView& t, const std::string& name) {
+  check_present(t, name);
+  check_dtype(t, name, DType::kInt32);
+  check_rank(t, name, 1);
+}
+
+void copy_to_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  // From pageable memory: returns once the source is staged, so it may be freed right after.
+  if (bytes > 0) MSA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+class PrefillCuda final : public SparsePrefill::Impl {
+ public:
+  PrefillCuda() = default;
+  PrefillCuda(const PrefillCuda&) = delete;
+  PrefillCuda& operator=(const PrefillCuda&) = delete;
+  ~PrefillCuda() override {
+    if (owned_ != nullptr) (void)cudaFree(owned_);
+  }
+
+  void set_workspace(void* data, std::size_t bytes) override {
+    MSA_REQUIRE(reinterpret_cast<std::uintptr_t>(data) % 256 == 0, "workspace.data",
+                std::to_string(reinterpret_cast<std::uintptr_t>(data)), "must be 256-byte aligned");
+    borrowed_ = data;
+    borrowed_bytes_ = data != nullptr ? bytes : 0;
+    planned_ = false;  // the plan lived in the previous workspace
+  }
+
+  void plan(const VarlenBatch& batch, const TensorView& topk, cudaStream_t stream) override {
+    plan_bounded(batch, topk, -1, stream);
+  }
+
+  // max_k_len < 0: no bound given (only CPU batch tensors can be planned then).
+  void plan_bounded(const VarlenBatch& batch, const TensorView& topk, std::int64_t max_k_len,
+                    cudaStream_t stream) override {
+    planned_ = false;
+    check_prefill_shape(shape);
+    check_int32_vector(batch.k_len, "k_len");
+    check_int32_vector(batch.cu_seqlens_q, "cu_seqlens_q");
+    const Device batch_device = batch.k_len.device;
+    MSA_REQUIRE(batch.cu_seqlens_q.device == batch_device, "cu_seqlens_q.device",
+                to_string(batch.cu_seqlens_q.device), "must be where k_len is (" + to_string(batch_device) + ")");
+    const std::int64_t b_count = batch.k_len.dim(0);
+    check_dim(batch.cu_seqlens_q, "cu_seqlens_q", 0, b_count + 1);
+    check_present(topk, "topk");
+    check_rank(topk, "topk", 3);
+    const std::int64_t total_q = topk.dim(1);
+
+    BatchInfo info;
+    const bool host_batch = batch_device == Device::kCpu;
+    if (host_batch) {
+      info = read_batch(batch);  // values checked here
+      MSA_REQUIRE(info.total_q == total_q, "topk.shape[1]", std::to_string(total_q),
+                  "must equal cu_seqlens_q[B] = " + std::to_string(info.total_q));
+      max_k_len = std::max(max_k_len, info.max_k_len);
+    } else {
+      MSA_REQUIRE(max_k_len >= 0, "max_k_len", "unknown",
+                  "device-resident cu_seqlens_q / k_len need plan(batch, topk, max_k_len, stream)");
+      MSA_REQUIRE(contiguous_vector(batch.k_len), "k_len.stride[0]", std::to_string(batch.k_len.stride[0]),
+                  "device batch tensors must be contiguous");
+      MSA_REQUIRE(contiguous_vector(batch.cu_seqlens_q), "cu_seqlens_q.stride[0]",
+                  std::to_string(batch.cu_seqlens_q.stride[0]), "device batch tensors must be contiguous");
+      info.batch = b_count;
+      info.total_q = total_q;
+    }
+    // Strict producer-contract checks need the batch values on the host.
+    const bool host_topk = topk.device == Device::kCpu;
+    validate_topk(topk, info, shape.h_kv, shape.topk, options.strict && host_batch && host_topk,
+                  topk.device);
+
+    const ProblemSize problem{b_count, total_q, max_k_len};
+    layout_ = prefill_layout(shape, problem, options);
+    ws_ = carve(layout_, b_count, workspace(layout_.total));
+
+    K2qDeviceInputs in{};
+    if (host_batch) {
+      copy_to_device(ws_.cu_seqlens_q, info.cu_q.data(), info.cu_q.size() * sizeof(std::int32_t), stream);
+      copy_to_device(ws_.k_len, info.k_len.data(), info.k_len.size() * sizeof(std::int32_t), stream);
+      in.cu_seqlens_q = ws_.cu_seqlens_q;
+      in.k_len = ws_.k_len;
+    } else {
+      in.cu_seqlens_q = batch.cu_seqlens_q.ptr<const std::int32_t>();
+      in.k_len = batch.k_len.ptr<const std::int32_t>();
+    }
+    if (host_topk) {
+      stage_topk(topk, stream);
+      in.topk = ws_.topk;
+      in.stride_topk_head = total_q * shape.topk;
+      in.stride_topk_token = shape.topk;
+    } else {
+      in.topk = topk.ptr<const std::int32_t>();
+      in.stride_topk_head = topk.stride[0];
+      in.stride_topk_token = topk.stride[1];
+    }
+    build_k2q_device(layout_.k2q, in, ws_.k2q, stream);
+
+    if (sm_count_ == 0) {
+      int device = 0;
+      MSA_CUDA_CHECK(cudaGetDevice(&device));
+      MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+    }
+    plan_stream_ = stream;
+    batch_staged_ = host_batch;
+    topk_staged_ = host_topk;
+    planned_batch_ = b_count;
+    planned_total_q_ = total_q;
+    planned_ = true;
+  }
+
+  void run(const PrefillArgs& args, cudaStream_t stream) override {
+    MSA_REQUIRE(planned_, "plan", "none", "call plan() before run()");
+    check_prefill_shape(shape);
+    // CPU batch / top-k tensors are those planned: use their device copies.
+    PrefillArgs a = args;
+    if (a.batch.k_len.present() && a.batch.k_len.device == Device::kCpu && batch_staged_) {
+      a.batch.cu_seqlens_q = TensorView::contiguous(ws_.cu_seqlens_q, DType::kInt32,
+                                                    {planned_batch_ + 1}, Device::kCuda);
+      a.batch.k_len = TensorView::contiguous(ws_.k_len, DType::kInt32, {planned_batch_}, Device::kCuda);
+    }
+    if (a.topk.present() && a.topk.device == Device::kCpu && topk_staged_)
+      a.topk = TensorView::contiguous(ws_.topk, DType::kInt32, {shape.h_kv, planned_total_q_, shape.topk},
+                                      Device::kCuda);
+    const BatchInfo info = validate_prefill(shape, a, options, Device::kCuda);  // metadata only
+    MSA_REQUIRE(a.q.dtype == DType::kBF16, "q.dtype", to_string(a.q.dtype),
+                "the CUDA sparse prefill supports bf16 only (for now)");
+    MSA_REQUIRE(info.total_q == planned_total_q_, "q.shape[0]", std::to_string(info.total_q),
+                "differs from the planned total_q = " + std::to_string(planned_total_q_));
+    MSA_REQUIRE(info.batch == planned_batch_, "k_len.shape[0]", std::to_string(info.batch),
+                "differs from the planned batch = " + std::to_string(planned_batch_));
+    MSA_REQUIRE(contiguous_vector(a.batch.k_len) && contiguous_vector(a.batch.cu_seqlens_q),
+                "k_len.stride[0]", std::to_string(a.batch.k_len.stride[0]),
+                "device batch tensors must be contiguous");
+    MSA_REQUIRE(!a.sinks.present() || contiguous_vector(a.sinks), "sinks.stride[0]",
+                std::to_string(a.sinks.stride[0]), "sinks must be contiguous");
+    MSA_REQUIRE(!a.lse.present() || (a.lse.stride[0] == shape.h_q && a.lse.stride[1] == 1), "lse.stride",
+                a.lse.present() ? std::to_string(a.lse.stride[0]) + ", " + std::to_string(a.lse.stride[1]) : "",
+                "lse must be contiguous [total_q, h_q]");
+    if (planned_total_q_ == 0) return;  // no query: nothing to write
+
+    PrefillParams p{};
+    p.q = a.q.data;
+    p.stride_q_token = a.q.stride[0];
+    p.stride_q_head = a.q.stride[1];
+    const TensorView& k = a.kv.k;
+    p.k = k.data;
+    p.v = a.kv.v.data;
+    if (a.kv.paged()) {
+      p.stride_kv_page = k.stride[0];
+      p.stride_kv_head = k.stride[1];
+      p.stride_kv_token = k.stride[2];
+      p.num_pages = k.dim(0);
+      p.page_size = static_cast<int>(k.dim(2));
+      p.page_table = a.kv.page_table.ptr<const std::int32_t>();
+      p.stride_page_table = a.kv.page_table.stride[0];
+      p.cu_seqlens_k = nullptr;
+    } else {
+      p.stride_kv_page = 0;
+      p.stride_kv_head = k.stride[1];
+      p.stride_kv_token = k.stride[0];
+      p.num_pages = 0;
+      p.page_size = 0;
+      p.page_table = nullptr;
+      p.stride_page_table = 0;
+      p.cu_seqlens_k = a.kv.cu_seqlens_k.ptr<const std::int32_t>();
+    }
+    p.cu_seqlens_q = a.batch.cu_seqlens_q.ptr<const std::int32_t>();
+    p.k_len = a.batch.k_len.ptr<const std::int32_t>();
+    p.work = ws_.k2q.work;
+    p.work_count = ws_.k2q.work_count;
+    p.qsplit = ws_.k2q.qsplit;
+    p.edges_per_head = layout_.k2q.geo.edges_per_head;
+    p.o_partial = ws_.o_partial;
+    p.lse_partial = ws_.lse_partial;
+    p.total_q = planned_total_q_;
+    p.h_q = shape.h_q;
+    p.h_kv = shape.h_kv;
+    p.group = shape.group();
+    p.topk = shape.topk;
+    p.scale_log2 = shape.softmax_scale() * 1.4426950408889634f;
+    launch_prefill_sm90(p, sm_count_ * prefill_sm90_ctas_per_sm(), stream);
+
+    CombineParams c{};
+    c.o_partial = ws_.o_partial;
+    c.lse_partial = ws_.lse_partial;
+    c.split_counts = ws_.k2q.split_counts;
+    c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
+    c.out = a.out.data;
+    c.stride_out_token = a.out.stride[0];
+    c.stride_out_head = a.out.stride[1];
+    c.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
+    c.total_q = planned_total_q_;
+    c.h_q = shape.h_q;
+    c.group = shape.group();
+    c.d = shape.d;
+    c.topk = shape.topk;
+    c.out_fp16 = a.out.dtype == DType::kFP16;
+    launch_combine(c, stream, /*programmatic=*/true);
+  }
+
+  K2qCsr plan_snapshot() const override {
+    MSA_REQUIRE(planned_, "plan", "none", "call plan() before plan_snapshot()");
+    return k2q_device_snapshot(layout_.k2q, ws_.k2q, plan_stream_);
+  }
+
+ private:
+  // The caller's memory (checked) or this object's, grown here (plan may allocate).
+  void* workspace(std::size_t bytes) {
+    if (borrowed_ != nullptr) {
+      MSA_REQUIRE(bytes <= borrowed_bytes_, "workspace.bytes", std::to_string(borrowed_bytes_),
+                  "too small: this plan needs " + std::to_string(bytes) +
+                      " (SparsePrefill::workspace_bytes)");
+      return borrowed_;
+    }
+    if (owned_bytes_ < bytes) {
+      if (owned_ != nullptr) MSA_CUDA_CHECK(cudaFree(owned_));  // waits for work still using it
+      owned_ = nullptr;
+      owned_bytes_ = 0;
+      MSA_CUDA_CHECK(cudaMalloc(&owned_, bytes));
+      owned_bytes_ = bytes;
+    }
+    return owned_;
+  }
+
+  // A CPU top-k goes to the staging buffer, made contiguous first when it is strided.
+  void stage_topk(const TensorView& topk, cudaStream_t stream) {
+    const std::size_t count = static_cast<std::size_t>(topk.numel());
+    if (topk.is_contiguous()) {
+      copy_to_device(ws_.topk, topk.data, count * sizeof(std::int32_t), stream);
+      return;
+    }
+    std::vector<std::int32_t> packed(count);
+    const auto* src = topk.ptr<const std::int32_t>();
+    std::size_t i = 0;
+    for (std::int64_t h = 0; h < topk.dim(0); ++h)
+      for (std::int64_t q = 0; q < topk.dim(1); ++q)
+        for (std::int64_t s = 0; s < topk.dim(2); ++s) packed[i++] = src[topk.offset(h, q, s)];
+    copy_to_device(ws_.topk, packed.data(), count * sizeof(std::int32_t), stream);
+  }
+
+  void* borrowed_ = nullptr;
+  std::size_t borrowed_bytes_ = 0;
+  void* owned_ = nullptr;
+  std::size_t owned_bytes_ = 0;
+
+  bool planned_ = false;
+  PrefillLayout layout_{};
+  PrefillWorkspace ws_{};
+  cudaStream_t plan_stream_ = nullptr;
+  bool batch_staged_ = false;
+  bool topk_staged_ = false;
+  std::int64_t planned_batch_ = 0;
+  std::int64_t planned_total_q_ = 0;
+  int sm_count_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<SparsePrefill::Impl> make_prefill() { return std::make_unique<PrefillCuda>(); }
 std::unique_ptr<SparseDecode::Impl> make_decode() { return nullptr; }
 std::unique_ptr<Indexer::Impl> make_indexer() { return nullptr; }
 std::unique_ptr<TopK::Impl> make_topk() { return nullptr; }
 std::unique_ptr<Combine::Impl> make_combine() { return nullptr; }
 
-std::size_t prefill_workspace_bytes(const AttentionShape&, const ProblemSize&, const Options&) {
-  throw Error("options.backend", "cuda", "sparse prefill is not available on this backend yet");
+std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
+                                    const Options& options) {
+  return prefill_layout(shape, problem, options).total;
 }
 
 }  // namespace msa::cuda

@@ -1,0 +1,120 @@
+// Device k2q planner (spec §2): the reverse CSR and work list built on the GPU from device
+// cu_seqlens_q / k_len / topk, with no host synchronisation (capturable in a CUDA graph).
+// Byte-identical to the host builder (core/k2q_host.cpp) in row_coords, row_ptr, q_indices,
+// qsplit and split_counts; the same work items as a set.
+//
+// Every size comes from host-known bounds (batch, total_q, max_k_len); total_rows is data
+// dependent, so arrays are laid out with capacities and the meaningful part is described
+// field by field in K2qDeviceBuffers. The caller owns the memory: k2q_device_sizes() gives
+// the bytes, k2q_device_carve() cuts a workspace into buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "msa/plan.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace msa::cuda {
+
+// Host-known geometry of one device plan. All counts are elements.
+struct K2qDeviceGeometry {
+  std::int64_t batch = 0;           // B
+  std::int64_t total_q = 0;         // packed query rows
+  std::int64_t max_k_len = 0;       // host bound on every k_len[b]
+  int h_kv = 0;
+  int topk = 0;                     // K, 1..32 (one warp segment per query)
+  int q_per_item = 0;               // work-item chunk (options.q_per_item)
+  std::int64_t max_blocks = 0;      // ceil(max_k_len / 128): levels, and blocks of a request
+  std::int64_t max_rows = 0;        // batch * max_blocks >= total_rows
+  std::int64_t edges_per_head = 0;  // total_q * topk
+  std::int64_t work_capacity = 0;   // msa::k2q_sizes(...).work_capacity
+  // Histogram units: each warp of the count/scatter kernels owns up to q_per_unit consecutive
+  // queries of one request. q_per_unit grows with max_blocks so that the per-unit histograms
+  // (max_units x max_blocks) stay about the size of the edge list.
+  int q_per_unit = 0;
+  std::int64_t max_units = 0;       // ceil(total_q / q_per_unit) + batch
+  int unit_warps = 0;               // warps per CTA of the count/scatter kernels
+  std::size_t unit_smem_bytes = 0;  // dynamic shared memory of those CTAs
+};
+
+// Bytes of every buffer (each rounded up to 256) and their sum.
+struct K2qDeviceSizes {
+  K2qDeviceGeometry geo;
+  // outputs
+  std::size_t row_coords = 0;
+  std::size_t row_ptr = 0;
+  std::size_t q_indices = 0;
+  std::size_t qsplit = 0;
+  std::size_t split_counts = 0;
+  std::size_t work = 0;
+  std::size_t work_count = 0;
+  std::size_t total_rows = 0;
+  // scratch
+  std::size_t row_of = 0;
+  std::size_t unit_start = 0;
+  std::size_t unit_counts = 0;
+  std::size_t row_totals = 0;
+  std::size_t row_scan = 0;
+  std::size_t cub_temp = 0;
+  std::size_t total = 0;  // bytes of the whole workspace (256-byte aligned base)
+};
+
+// Sizes for a problem. Throws msa::Error for what the device planner does not support
+// (topk > 32, int32 overflow of the plan, a request with more blocks than shared memory holds
+// counters for). Queries the CUB scan's temporary storage, so it needs a CUDA device.
+K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const ProblemSize& problem);
+
+// Device arrays of one plan, views into the workspace. "meaningful" = what equals the host
+// builder's array byte for byte; the rest of each capacity is unspecified unless stated.
+struct K2qDeviceBuffers {
+  std::int32_t* row_coords;    // [max_rows, 2] (b, block); meaningful [total_rows, 2]
+  std::int32_t* row_ptr;       // [h_kv, max_rows + 1], row stride max_rows + 1; meaningful
+                               // row_ptr[h, 0..total_rows]; entries total_rows..max_rows of a
+                               // head all equal its edge count (so row_ptr[h, max_rows] = edges)
+  std::int32_t* q_indices;     // [h_kv, edges_per_head] request-local q, -1 tail (all meaningful)
+  std::int32_t* qsplit;        // [h_kv, edges_per_head] q_local | slot << 24, -1 tail (all)
+  std::int32_t* split_counts;  // [total_q, h_kv] (all meaningful)
+  std::int32_t* work;          // [work_capacity, 6] (kv_head, row, q_begin, q_count, b, block);
+                               // meaningful [work_count, 6], ordered by (kv_head, row, q_begin)
+  std::int32_t* work_count;    // [1]
+  std::int32_t* total_rows;    // [1] sum_b ceil(k_len[b] / 128)
+  // scratch
+  std::int32_t* row_of;        // [batch, max_blocks] row id of (b, block), block < rows_b
+  std::int32_t* unit_start;    // [batch + 1] first unit of request b; [batch] = unit count
+  std::int32_t* unit_counts;   // [h_kv, max_units, max_blocks] per-unit edge counts per block,
+                               // then their exclusive prefix along the units of the request
+  void* row_totals;            // [h_kv, max_rows + 1] (edges, work items) per row
+  void* row_scan;              // [h_kv, max_rows + 1] exclusive scan of row_totals (flat)
+  void* cub_temp;              // [cub_temp bytes]
+};
+
+// Cuts `workspace` (256-byte aligned, sizes.total bytes) into the buffers.
+K2qDeviceBuffers k2q_device_carve(const K2qDeviceSizes& sizes, void* workspace);
+
+// Device inputs. cu_seqlens_q and k_len contiguous int32; topk int32 with its last dim
+// contiguous. Values are not trusted: ranges are clamped so that no input makes the planner
+// read or write out of bounds (results for inputs that break the batch contract are
+// unspecified; the host builder rejects them).
+struct K2qDeviceInputs {
+  const std::int32_t* cu_seqlens_q;  // [batch + 1]
+  const std::int32_t* k_len;         // [batch], each <= max_k_len
+  const std::int32_t* topk;          // [h_kv, total_q, topk]
+  std::int64_t stride_topk_head;     // elements
+  std::int64_t stride_topk_token;    // elements
+};
+
+// Enqueues the planner on `stream`: no host synchronisation, no allocation, graph-capturable.
+// Plans whose unit_smem_bytes exceed 48 KiB (max_k_len > 1.5M tokens) raise a kernel attribute
+// the first time a size is seen (process-wide, current device); make that first call outside
+// a capture.
+void build_k2q_device(const K2qDeviceSizes& sizes, const K2qDeviceInputs& in,
+                      const K2qDeviceBuffers& out, cudaStream_t stream);
+
+// Synchronises `stream` and copies the meaningful part of the plan into a host K2qCsr (the
+// host builder's layout). A debugging and testing aid; never on a hot path.
+K2qCsr k2q_device_snapshot(const K2qDeviceSizes& sizes, const K2qDeviceBuffers& buffers,
+                           cudaStream_t stream);
+
+}  // namespace msa::cuda

@@ -1,0 +1,84 @@
+// Compile-time traits of the sm_90a KV-block-major sparse prefill kernel: tile sizes, the
+// WGMMA tiled MMAs, the swizzled shared-memory layouts, the shared-memory plan and the
+// named-barrier ids. One instance per (element type, head dim); see launch.cu.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/arch/mma_sm90.hpp>
+
+namespace msa::cuda::prefill_sm90 {
+
+// Per M-row facts of one Q tile, computed once by the gather and read by softmax and epilogue.
+struct RowInfo {
+  std::int32_t qh;         // qg * h_q + h: the row of [total_q, h_q]; -1 for a padding row
+  std::int32_t slot;       // split slot of this (query, block) edge
+  std::int32_t key_limit;  // visible keys are tokens [0, key_limit) of the block, 0..128
+  std::int32_t pad;        // keeps RowInfo 16 bytes (one vector load)
+};
+
+template <class Element_, int kHeadDim_>
+struct Traits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = 128;        // KV tokens per block (spec: block = 128)
+  static constexpr int kWarpgroups = 2;      // both compute; each owns 64 rows of an M tile
+  static constexpr int kThreads = kWarpgroups * 128;
+  static constexpr int kTileM = kWarpgroups * 64;  // packed (query, head) rows per M tile
+  static constexpr int kChunkElems = 16 / sizeof(Element);       // one 16-byte cp.async
+  static constexpr int kChunksPerRow = kHeadDim / kChunkElems;   // 16 for D = 128
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // rows one load pass covers
+  static_assert(kHeadDim % 64 == 0, "128-byte swizzle atoms need D a multiple of 64 (bf16)");
+  static_assert(kThreads % kChunksPerRow == 0 && kBlockN % kRowsPerPass == 0 &&
+                kTileM % kRowsPerPass == 0);
+
+  // S = Q K^T: A = Q [M, D] and B = K [N = token, D] both K-major in shared memory.
+  using MmaQK = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kBlockN>, cute::_16>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      cute::Layout<cute::Shape<cute::Int<kWarpgroups>, cute::_1, cute::_1>>{}));
+  // O = P V: A = P from registers (the S accumulator re-typed), B = V seen as [N = d, K = token]
+  // with d contiguous, i.e. MN-major; WGMMA transposes it through the descriptor.
+  using MmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::_16>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::Int<kWarpgroups>, cute::_1, cute::_1>>{}));
+
+  // Shared-memory layouts (element offsets, 128-byte swizzle): Q and K as [row, d] K-major;
+  // V as [d, token] MN-major over the same [token][d] bytes a row-wise copy writes.
+  using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                   cute::Shape<cute::Int<kTileM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutK = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                   cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutV = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
+                                                   cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}));
+
+  // The shared-memory plan (196 KB + alignment: one CTA per SM). Loads run one step ahead
+  // of the math, where a step is one M tile of one item: Q is double buffered, and so are K
+  // and V, so that the first tile of the next item (its K, V and Q) lands while the last
+  // tile of the current item computes. The epilogue stages each warpgroup's O rows in its
+  // own (already consumed) half of the current Q buffer.
+  struct SharedStorage {
+    alignas(1024) Element k[2][cute::cosize_v<SmemLayoutK>];  // [token, d] swizzled, per item parity
+    alignas(1024) Element v[2][cute::cosize_v<SmemLayoutV>];  // [token, d] swizzled, per item parity
+    alignas(1024) Element q[2][cute::cosize_v<SmemLayoutQ>];  // [row, d] swizzled, then O
+    alignas(16) RowInfo rows[2][kTileM];                       // facts of each Q buffer's rows
+  };
+  // Dynamic shared memory is only promised 16-byte alignment; the kernel rounds its base up
+  // to the 1024 bytes that 128-byte swizzle atoms need.
+  static constexpr std::size_t kSmemBytes = sizeof(SharedStorage) + 1024;
+};
+
+// Named barriers (id 0 is __syncthreads). Each warpgroup syncs its own epilogue alone.
+enum class NamedBarrier : int {
+  kEpilogueWg0 = 1,  // + warpgroup index
+};
+
+using TraitsBf16D128 = Traits<cute::bfloat16_t, 128>;
+
+}  // namespace msa::cuda::prefill_sm90

@@ -1,0 +1,284 @@
+// The CUDA combine kernel against msa::cpu::combine (and an FP64 recomputation of spec §3)
+// on random bf16 partials with -inf slots, n = 0 rows, all -inf rows, NaN / +inf LSEs and
+// sinks; bf16 and fp16 outputs, strided out, d = 64 / 128 / 256; bitwise-identical reruns.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/workload.h"
+#include "core/half.h"
+#include "cpu/reference.h"
+#include "cuda/combine/launch.h"
+#include "msa/msa.h"
+
+namespace {
+
+using msa::bench::HostTensor;
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct CombineCase {
+  std::string name;
+  std::int64_t total_q = 0;
+  int h_q = 0;
+  int h_kv = 0;
+  int topk = 0;
+  int d = 128;
+  bool sinks = false;
+  bool fp16_out = false;
+  int out_head_pad = 0;  // out is [total_q, h_q, d + pad] viewed as [total_q, h_q, d]
+  std::uint64_t seed = 1;
+};
+
+struct CombineInputs {
+  HostTensor o_partial;     // [topk, total_q, h_q, d] bf16
+  HostTensor lse_partial;   // [topk, total_q, h_q] fp32
+  HostTensor split_counts;  // [total_q, h_kv] int32
+  HostTensor sinks;         // [h_q] fp32 (when the case has sinks)
+};
+
+CombineInputs make_inputs(const CombineCase& c) {
+  CombineInputs in;
+  std::mt19937_64 rng(c.seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_real_distribution<float> uniform(0.f, 1.f);
+  in.o_partial = HostTensor(msa::DType::kBF16, {c.topk, c.total_q, c.h_q, c.d});
+  for (std::int64_t i = 0; i < in.o_partial.numel(); ++i) in.o_partial.set(i, normal(rng) * 0.5f);
+  in.lse_partial = HostTensor(msa::DType::kFP32, {c.topk, c.total_q, c.h_q});
+  auto* lse = in.lse_partial.data<float>();
+  for (std::int64_t i = 0; i < in.lse_partial.numel(); ++i) {
+    const float r = uniform(rng);
+    lse[i] = r < 0.15f ? -kInf : (uniform(rng) - 0.5f) * 16.f;
+  }
+  in.split_counts = HostTensor(msa::DType::kInt32, {c.total_q, c.h_kv});
+  auto* counts = in.split_counts.data<std::int32_t>();
+  const int group = c.h_q / c.h_kv;
+  for (std::int64_t q = 0; q < c.total_q; ++q) {
+    for (int g = 0; g < c.h_kv; ++g) {
+      const float r = uniform(rng);
+      int n = std::uniform_int_distribution<int>(1, c.topk)(rng);
+      if (r < 0.08f) n = 0;
+      counts[q * c.h_kv + g] = n;
+      if (r > 0.08f && r < 0.12f)  // every valid slot -inf: no visible key at all
+        for (int s = 0; s < n; ++s)
+          for (int h = g * group; h < (g + 1) * group; ++h) lse[(s * c.total_q + q) * c.h_q + h] = -kInf;
+      if (r > 0.12f && r < 0.13f && n > 0) lse[(0 * c.total_q + q) * c.h_q + g * group] = kInf;
+      if (r > 0.13f && r < 0.14f && n > 0)
+        lse[((n - 1) * c.total_q + q) * c.h_q + g * group] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+  // Slots at and past n hold garbage the kernel must never read into the sum.
+  for (std::int64_t q = 0; q < c.total_q; ++q)
+    for (int h = 0; h < c.h_q; ++h)
+      for (int s = counts[q * c.h_kv + h / group]; s < c.topk; ++s)
+        lse[(s * c.total_q + q) * c.h_q + h] = 1e30f;
+  if (c.sinks) {
+    in.sinks = HostTensor(msa::DType::kFP32, {c.h_q});
+    for (int h = 0; h < c.h_q; ++h) in.sinks.data<float>()[h] = normal(rng) * 2.f;
+  }
+  return in;
+}
+
+// FP64 spec §3 merge of one row (with the sink as a zero-value term), for the sinks check.
+void reference_row(const CombineCase& c, const CombineInputs& in, std::int64_t q, int h,
+                   std::vector<double>& out, double& lse_out) {
+  const int group = c.h_q / c.h_kv;
+  const int n = in.split_counts.data<std::int32_t>()[q * c.h_kv + h / group];
+  const auto* lse = in.lse_partial.data<float>();
+  const bool has_sink = c.sinks;
+  const double sink = has_sink ? in.sinks.data<float>()[h] : -INFINITY;
+  double m = sink;
+  for (int s = 0; s < n; ++s) {
+    const double l = lse[(s * c.total_q + q) * c.h_q + h];
+    if (l > m) m = l;
+  }
+  out.assign(static_cast<std::size_t>(c.d), 0.0);
+  lse_out = -INFINITY;
+  if (!std::isfinite(m)) return;
+  double z = has_sink ? std::exp(sink - m) : 0.0;
+  for (int s = 0; s < n; ++s) z += std::exp(static_cast<double>(lse[(s * c.total_q + q) * c.h_q + h]) - m);
+  if (!(z > 0.0) || !std::isfinite(z)) return;
+  lse_out = m + std::log(z);
+  for (int s = 0; s < n; ++s) {
+    const double w = std::exp(static_cast<double>(lse[(s * c.total_q + q) * c.h_q + h]) - m) / z;
+    if (w == 0.0) continue;
+    for (int j = 0; j < c.d; ++j)
+      out[static_cast<std::size_t>(j)] += w * in.o_partial.get(((s * c.total_q + q) * c.h_q + h) * c.d + j);
+  }
+}
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(std::size_t bytes) {
+    if (cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256)) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct GpuResult {
+  std::vector<std::uint16_t> out;  // [total_q, h_q, d + pad]
+  std::vector<float> lse;          // [total_q, h_q]
+};
+
+void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, GpuResult& r) {
+  const int row_elems = c.d + c.out_head_pad;
+  const std::size_t out_elems = static_cast<std::size_t>(c.total_q) * c.h_q * row_elems;
+  DeviceBuffer o(in.o_partial.bytes()), l(in.lse_partial.bytes()), n(in.split_counts.bytes()),
+      sinks(c.sinks ? in.sinks.bytes() : 0), out(out_elems * 2), lse(static_cast<std::size_t>(c.total_q) * c.h_q * 4);
+  ASSERT_TRUE(o.ptr && l.ptr && n.ptr && sinks.ptr && out.ptr && lse.ptr);
+  CUDA_OK(cudaMemcpy(o.ptr, in.o_partial.raw(), in.o_partial.bytes(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(l.ptr, in.lse_partial.raw(), in.lse_partial.bytes(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(n.ptr, in.split_counts.raw(), in.split_counts.bytes(), cudaMemcpyHostToDevice));
+  if (c.sinks) {
+    CUDA_OK(cudaMemcpy(sinks.ptr, in.sinks.raw(), in.sinks.bytes(), cudaMemcpyHostToDevice));
+  }
+  CUDA_OK(cudaMemset(out.ptr, 0x7f, out_elems * 2));  // NaN-ish garbage: every row must be written
+  CUDA_OK(cudaMemset(lse.ptr, 0x7f, static_cast<std::size_t>(c.total_q) * c.h_q * 4));
+
+  msa::cuda::CombineParams p{};
+  p.o_partial = o.ptr;
+  p.lse_partial = static_cast<const float*>(l.ptr);
+  p.split_counts = static_cast<const std::int32_t*>(n.ptr);
+  p.sinks = c.sinks ? static_cast<const float*>(sinks.ptr) : nullptr;
+  p.out = out.ptr;
+  p.stride_out_token = static_cast<std::int64_t>(c.h_q) * row_elems;
+  p.stride_out_head = row_elems;
+  p.lse = static_cast<float*>(lse.ptr);
+  p.total_q = c.total_q;
+  p.h_q = c.h_q;
+  p.group = c.h_q / c.h_kv;
+  p.d = c.d;
+  p.topk = c.topk;
+  p.out_fp16 = c.fp16_out;
+  CUDA_OK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  msa::cuda::launch_combine(p, stream, programmatic);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+  r.out.resize(out_elems);
+  r.lse.resize(static_cast<std::size_t>(c.total_q) * c.h_q);
+  CUDA_OK(cudaMemcpy(r.out.data(), out.ptr, out_elems * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(r.lse.data(), lse.ptr, r.lse.size() * 4, cudaMemcpyDeviceToHost));
+}
+
+float half_to_float(std::uint16_t v, bool fp16) { return fp16 ? msa::fp16_to_float(v) : msa::bf16_to_float(v); }
+
+std::vector<CombineCase> cases() {
+  return {
+      {"g16_bf16", 300, 64, 4, 16, 128, false, false, 0, 1},
+      {"g16_sinks", 257, 64, 4, 16, 128, true, false, 0, 2},
+      {"g1_k32", 129, 8, 8, 32, 128, false, false, 8, 3},
+      {"k1_sinks_fp16", 100, 16, 2, 1, 128, true, true, 0, 4},
+      {"k5_d64", 211, 12, 3, 5, 64, true, false, 0, 5},
+      {"k7_d256_strided", 90, 6, 2, 7, 256, false, false, 16, 6},
+      {"odd_heads", 333, 3, 1, 16, 128, true, false, 0, 7},
+  };
+}
+
+class CombineCuda : public ::testing::TestWithParam<CombineCase> {};
+
+TEST_P(CombineCuda, MatchesReferenceAndIsReproducible) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const CombineCase& c = GetParam();
+  const CombineInputs in = make_inputs(c);
+  GpuResult a, b;
+  run_gpu(c, in, /*programmatic=*/true, a);
+  run_gpu(c, in, /*programmatic=*/false, b);
+  ASSERT_EQ(a.out.size(), b.out.size());
+  EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0) << "out differs between runs";
+  EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4), 0) << "lse differs between runs";
+
+  // The CPU reference operator.
+  msa::AttentionShape shape;
+  shape.h_q = c.h_q;
+  shape.h_kv = c.h_kv;
+  shape.d = c.d;
+  shape.topk = c.topk;
+  HostTensor ref_out(c.fp16_out ? msa::DType::kFP16 : msa::DType::kBF16, {c.total_q, c.h_q, c.d});
+  HostTensor ref_lse(msa::DType::kFP32, {c.total_q, c.h_q});
+  msa::CombineArgs args;
+  args.o_partial = in.o_partial.view();
+  args.lse_partial = in.lse_partial.view();
+  args.split_counts = in.split_counts.view();
+  args.out = ref_out.view();
+  args.lse = ref_lse.view();
+  if (c.sinks) args.sinks = in.sinks.view();
+  msa::cpu::combine(shape, args);
+
+  const int row_elems = c.d + c.out_head_pad;
+  std::vector<double> ref64;
+  int bad = 0;
+  for (std::int64_t q = 0; q < c.total_q && bad < 10; ++q) {
+    for (int h = 0; h < c.h_q && bad < 10; ++h) {
+      const std::int64_t row = q * c.h_q + h;
+      double lse64 = 0;
+      reference_row(c, in, q, h, ref64, lse64);
+      const float got_lse = a.lse[static_cast<std::size_t>(row)];
+      const float cpu_lse = ref_lse.data<float>()[row];
+      ASSERT_FALSE(std::isnan(got_lse)) << "lse NaN at q " << q << " h " << h;
+      // -inf positions identical to both references.
+      if (std::isinf(cpu_lse) || std::isinf(got_lse) || std::isinf(lse64)) {
+        if (!(got_lse == cpu_lse && got_lse == static_cast<float>(lse64))) {
+          ADD_FAILURE() << "lse at q " << q << " h " << h << ": gpu " << got_lse << ", cpu " << cpu_lse
+                        << ", fp64 " << lse64;
+          ++bad;
+        }
+      } else if (std::abs(got_lse - cpu_lse) > 1e-3f || std::abs(got_lse - lse64) > 1e-3) {
+        ADD_FAILURE() << "lse at q " << q << " h " << h << ": gpu " << got_lse << ", cpu " << cpu_lse
+                      << ", fp64 " << lse64;
+        ++bad;
+      }
+      for (int j = 0; j < c.d; ++j) {
+        const float got = half_to_float(a.out[static_cast<std::size_t>(row * row_elems + j)], c.fp16_out);
+        const float cpu = ref_out.get(row * c.d + j);
+        const double exact = ref64[static_cast<std::size_t>(j)];
+        const bool ok = std::isfinite(got) && std::abs(got - cpu) <= 1e-2 + 1e-2 * std::abs(cpu) &&
+                        std::abs(got - exact) <= 1e-2 + 1e-2 * std::abs(exact);
+        if (!ok) {
+          ADD_FAILURE() << "out at q " << q << " h " << h << " j " << j << ": gpu " << got << ", cpu " << cpu
+                        << ", fp64 " << exact;
+          ++bad;
+          break;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CombineCuda, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<CombineCase>& param_info) { return param_info.param.name; });
+
+TEST(CombineCudaErrors, RejectsUnsupported) {
+  msa::cuda::CombineParams p{};
+  p.total_q = 1;
+  p.h_q = 4;
+  p.group = 1;
+  p.d = 128;
+  p.topk = 33;
+  EXPECT_THROW(msa::cuda::launch_combine(p, nullptr), msa::Error);
+  p.topk = 4;
+  p.d = 96;
+  EXPECT_THROW(msa::cuda::launch_combine(p, nullptr), msa::Error);
+  p.d = 128;
+  p.group = 3;
+  EXPECT_THROW(msa::cuda::launch_combine(p, nullptr), msa::Error);
+  p.group = 1;
+  p.stride_out_head = 130;
+  p.stride_out_token = 4 * 130;
+  EXPECT_THROW(msa::cuda::launch_combine(p, nullptr), msa::Error);
+}
+
+}  // namespace

@@ -1,0 +1,425 @@
+// The device k2q planner against the host builder (the oracle): row_coords, row_ptr,
+// q_indices, qsplit and split_counts byte-identical, work items equal as a set, on seeded
+// workloads (random / tile-shared / clustered, adversarial rows, hot rows, G = 1 and 16,
+// hundreds of requests, q_len = 0 requests, total_q = 0), through the direct entry points,
+// a CUDA graph replay and the SparsePrefill CUDA backend.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench/workload.h"
+#include "cuda/plan/k2q_device.h"
+#include "msa/msa.h"
+
+namespace {
+
+using msa::bench::HostTensor;
+using msa::bench::Request;
+using msa::bench::Selection;
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    if (cudaMalloc(&ptr_, std::max<std::size_t>(bytes, 256)) != cudaSuccess) ptr_ = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+enum class Mutation { kNone, kAdversarial, kHot };
+
+struct PlanCase {
+  std::string name;
+  int h_kv = 4;
+  int topk = 16;
+  int q_per_item = 64;
+  std::vector<Request> requests;
+  Selection selection = Selection::kRandom;
+  Mutation mutation = Mutation::kNone;
+  std::int64_t extra_k_len = 0;  // max_k_len bound = real max + this (a loose bound)
+  std::uint64_t seed = 1;
+};
+
+// The host inputs of one case.
+struct PlanInputs {
+  HostTensor cu_seqlens_q;  // [B + 1]
+  HostTensor k_len;         // [B]
+  HostTensor topk;          // [h_kv, total_q, topk]
+  std::int64_t total_q = 0;
+  std::int64_t max_k_len = 0;
+
+  msa::VarlenBatch batch() const { return {cu_seqlens_q.view(), k_len.view()}; }
+};
+
+// Rows broken on purpose: -1 holes, other negatives, duplicates, ids at and past the
+// request's block count, INT_MIN / INT_MAX, in-range ids beyond the local block, all -1 rows.
+void make_adversarial(PlanInputs& in, const std::vector<Request>& requests, std::mt19937_64& rng) {
+  const auto h_kv = in.topk.shape()[0];
+  const auto k = in.topk.shape()[2];
+  auto* ids = in.topk.data<std::int32_t>();
+  std::vector<std::int32_t> blocks_of;  // per packed query
+  for (const auto& r : requests)
+    for (std::int32_t i = 0; i < r.q_len; ++i) blocks_of.push_back((r.k_len + 127) / 128);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (std::int64_t h = 0; h < h_kv; ++h) {
+    for (std::int64_t q = 0; q < in.total_q; ++q) {
+      std::int32_t* row = ids + (h * in.total_q + q) * k;
+      const std::int32_t blocks = blocks_of[static_cast<std::size_t>(q)];
+      const double roll = unit(rng);
+      if (roll < 0.08) {
+        std::fill(row, row + k, -1);
+        continue;
+      }
+      if (roll > 0.6) continue;
+      for (std::int64_t s = 0; s < k; ++s) {
+        if (unit(rng) > 0.35) continue;
+        switch (std::uniform_int_distribution<int>(0, 8)(rng)) {
+          case 0: row[s] = -1; break;
+          case 1: row[s] = -5; break;
+          case 2: row[s] = INT_MIN; break;
+          case 3: row[s] = INT_MAX; break;
+          case 4: row[s] = blocks; break;
+          case 5: row[s] = blocks + std::uniform_int_distribution<std::int32_t>(1, 1000)(rng); break;
+          case 6: row[s] = row[std::uniform_int_distribution<std::int64_t>(0, k - 1)(rng)]; break;
+          default: row[s] = std::uniform_int_distribution<std::int32_t>(0, std::max(blocks - 1, 0))(rng); break;
+        }
+      }
+    }
+  }
+}
+
+PlanInputs make_inputs(const PlanCase& c) {
+  PlanInputs in;
+  const auto b_count = static_cast<std::int64_t>(c.requests.size());
+  in.cu_seqlens_q = HostTensor(msa::DType::kInt32, {b_count + 1});
+  in.k_len = HostTensor(msa::DType::kInt32, {b_count});
+  for (std::int64_t b = 0; b < b_count; ++b) {
+    in.cu_seqlens_q.data<std::int32_t>()[b + 1] = in.cu_seqlens_q.data<std::int32_t>()[b] + c.requests[b].q_len;
+    in.k_len.data<std::int32_t>()[b] = c.requests[b].k_len;
+    in.max_k_len = std::max<std::int64_t>(in.max_k_len, c.requests[b].k_len);
+  }
+  in.total_q = in.cu_seqlens_q.data<std::int32_t>()[b_count];
+  msa::bench::fill_topk(in.topk, c.requests, c.h_kv, c.topk, c.selection, 0.25, c.seed);
+  std::mt19937_64 rng(c.seed * 7919 + 3);
+  if (c.mutation == Mutation::kAdversarial) make_adversarial(in, c.requests, rng);
+  if (c.mutation == Mutation::kHot) {
+    // Every query of every head also selects block 0 (a duplicate where it already did).
+    auto* ids = in.topk.data<std::int32_t>();
+    for (std::int64_t r = 0; r < c.h_kv * in.total_q; ++r) ids[r * c.topk + c.topk - 1] = 0;
+  }
+  return in;
+}
+
+msa::AttentionShape shape_of(const PlanCase& c) {
+  msa::AttentionShape s;
+  s.h_kv = c.h_kv;
+  s.h_q = c.h_kv * 16 <= 64 ? c.h_kv * 16 : c.h_kv;  // G = 16 where it fits, else G = 1
+  s.topk = c.topk;
+  return s;
+}
+
+msa::K2qCsr host_plan(const PlanCase& c, const PlanInputs& in) {
+  msa::Options o;
+  o.q_per_item = c.q_per_item;
+  return msa::build_k2q_csr(shape_of(c), in.batch(), in.topk.view(), o);
+}
+
+std::tuple<int, int, int, int, int, int> key(const msa::WorkItem& w) {
+  return {w.kv_head, w.row, w.q_begin, w.q_count, w.b, w.block};
+}
+
+// First index where two int arrays differ, for a readable failure.
+template <class T>
+void expect_same(const std::vector<T>& host, const std::vector<T>& dev, const std::string& what) {
+  ASSERT_EQ(host.size(), dev.size()) << what << ": sizes differ";
+  const auto mis = std::mismatch(host.begin(), host.end(), dev.begin());
+  if (mis.first != host.end())
+    ADD_FAILURE() << what << "[" << (mis.first - host.begin()) << "]: host " << *mis.first
+                  << ", device " << *mis.second;
+}
+
+void expect_same_plan(const msa::K2qCsr& host, const msa::K2qCsr& dev) {
+  EXPECT_EQ(host.h_kv, dev.h_kv);
+  EXPECT_EQ(host.topk, dev.topk);
+  EXPECT_EQ(host.q_per_item, dev.q_per_item);
+  EXPECT_EQ(host.batch, dev.batch);
+  EXPECT_EQ(host.total_q, dev.total_q);
+  ASSERT_EQ(host.total_rows, dev.total_rows);
+  expect_same(host.row_coords, dev.row_coords, "row_coords");
+  expect_same(host.row_ptr, dev.row_ptr, "row_ptr");
+  expect_same(host.q_indices, dev.q_indices, "q_indices");
+  expect_same(host.qsplit, dev.qsplit, "qsplit");
+  expect_same(host.split_counts, dev.split_counts, "split_counts");
+  ASSERT_EQ(host.work.size(), dev.work.size()) << "work_count";
+  auto a = host.work, b = dev.work;
+  const auto less = [](const msa::WorkItem& x, const msa::WorkItem& y) { return key(x) < key(y); };
+  std::sort(a.begin(), a.end(), less);
+  std::sort(b.begin(), b.end(), less);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i])) {
+      ADD_FAILURE() << "work item " << i << " (sorted) differs: host (" << a[i].kv_head << ", " << a[i].row
+                    << ", " << a[i].q_begin << ", " << a[i].q_count << ", " << a[i].b << ", " << a[i].block
+                    << "), device (" << b[i].kv_head << ", " << b[i].row << ", " << b[i].q_begin << ", "
+                    << b[i].q_count << ", " << b[i].b << ", " << b[i].block << ")";
+      break;
+    }
+  EXPECT_LE(static_cast<std::int64_t>(dev.work.size()), dev.work_capacity);
+}
+
+// Device copies of one case's inputs plus a workspace for its plan.
+struct DevicePlan {
+  msa::cuda::K2qDeviceSizes sizes;
+  DeviceBuffer cu, k_len, topk, workspace;
+  msa::cuda::K2qDeviceBuffers buffers{};
+  msa::cuda::K2qDeviceInputs inputs{};
+
+  DevicePlan(const PlanCase& c, const PlanInputs& in)
+      : sizes(msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item,
+                                          msa::ProblemSize{static_cast<std::int64_t>(c.requests.size()),
+                                                           in.total_q, in.max_k_len + c.extra_k_len})),
+        cu(in.cu_seqlens_q.bytes()),
+        k_len(in.k_len.bytes()),
+        topk(in.topk.bytes()),
+        workspace(sizes.total) {}
+
+  void upload(const PlanInputs& in) {
+    CUDA_OK(cudaMemcpy(cu.get(), in.cu_seqlens_q.raw(), in.cu_seqlens_q.bytes(), cudaMemcpyHostToDevice));
+    if (in.k_len.bytes() > 0) {
+      CUDA_OK(cudaMemcpy(k_len.get(), in.k_len.raw(), in.k_len.bytes(), cudaMemcpyHostToDevice));
+    }
+    if (in.topk.bytes() > 0) {
+      CUDA_OK(cudaMemcpy(topk.get(), in.topk.raw(), in.topk.bytes(), cudaMemcpyHostToDevice));
+    }
+    buffers = msa::cuda::k2q_device_carve(sizes, workspace.get());
+    inputs.cu_seqlens_q = cu.as<std::int32_t>();
+    inputs.k_len = k_len.as<std::int32_t>();
+    inputs.topk = topk.as<std::int32_t>();
+    inputs.stride_topk_head = in.total_q * sizes.geo.topk;
+    inputs.stride_topk_token = sizes.geo.topk;
+  }
+  // Garbage everywhere, so that anything the planner forgets to write shows.
+  // (cudaMemset is asynchronous on the legacy stream: finish it before other streams run.)
+  void poison() {
+    CUDA_OK(cudaMemset(workspace.get(), 0xA5, sizes.total));
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+};
+
+// Past the meaningful part, every head's row_ptr holds its edge total (documented layout).
+void expect_row_ptr_padding(const DevicePlan& dp, const msa::K2qCsr& plan) {
+  const auto& g = dp.sizes.geo;
+  std::vector<std::int32_t> full(static_cast<std::size_t>(g.h_kv * (g.max_rows + 1)));
+  CUDA_OK(cudaMemcpy(full.data(), dp.buffers.row_ptr, full.size() * 4, cudaMemcpyDeviceToHost));
+  for (int h = 0; h < g.h_kv; ++h) {
+    const std::int32_t total = plan.row_ptr[static_cast<std::size_t>(h * (plan.total_rows + 1) + plan.total_rows)];
+    for (std::int64_t r = plan.total_rows; r <= g.max_rows; ++r)
+      ASSERT_EQ(full[static_cast<std::size_t>(h * (g.max_rows + 1) + r)], total) << "head " << h << " row " << r;
+  }
+}
+
+std::vector<Request> many_requests(int count, std::uint64_t seed, int max_q, int max_prefix) {
+  std::mt19937_64 rng(seed);
+  std::vector<Request> out;
+  for (int i = 0; i < count; ++i) {
+    Request r;
+    r.q_len = std::uniform_int_distribution<int>(0, 4)(rng) == 0 ? 0 : std::uniform_int_distribution<int>(1, max_q)(rng);
+    r.k_len = r.q_len + std::uniform_int_distribution<int>(0, max_prefix)(rng);
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<PlanCase> cases() {
+  std::vector<PlanCase> v;
+  auto add = [&v](PlanCase c) { v.push_back(std::move(c)); };
+  add({"single_random", 4, 16, 64, {{4096, 4096}}, Selection::kRandom, Mutation::kNone, 0, 1});
+  add({"chunked_tile_shared", 4, 16, 64, {{1000, 4000}}, Selection::kTileShared, Mutation::kNone, 0, 2});
+  add({"clustered_mixed", 4, 16, 32, {{700, 900}, {1, 5000}, {300, 300}, {129, 20000}},
+       Selection::kClustered, Mutation::kNone, 0, 3});
+  add({"group1_k8", 8, 8, 64, {{513, 2000}, {64, 64}}, Selection::kRandom, Mutation::kNone, 0, 4});
+  add({"k1", 2, 1, 16, {{300, 1000}, {77, 77}}, Selection::kRandom, Mutation::kNone, 0, 5});
+  add({"k5_nonpow2", 3, 5, 7, {{400, 3333}}, Selection::kRandom, Mutation::kAdversarial, 0, 6});
+  add({"k32", 4, 32, 64, {{2000, 9000}, {1, 1}}, Selection::kRandom, Mutation::kNone, 0, 7});
+  add({"adversarial", 4, 16, 16, {{1500, 2600}, {0, 500}, {200, 200}}, Selection::kRandom,
+       Mutation::kAdversarial, 0, 8});
+  add({"hot_rows", 4, 16, 8, {{3000, 3000}, {500, 1300}}, Selection::kRandom, Mutation::kHot, 0, 9});
+  add({"hundreds_of_requests", 2, 16, 64, many_requests(300, 10, 40, 3000), Selection::kRandom,
+       Mutation::kNone, 0, 10});
+  add({"hundreds_adversarial", 4, 16, 24, many_requests(257, 11, 30, 6000), Selection::kClustered,
+       Mutation::kAdversarial, 0, 11});
+  add({"total_q_zero", 4, 16, 64, {{0, 0}, {0, 700}, {0, 128}}, Selection::kRandom, Mutation::kNone, 0, 12});
+  add({"all_k_len_zero", 4, 16, 64, {{0, 0}, {0, 0}}, Selection::kRandom, Mutation::kNone, 0, 13});
+  add({"loose_bound", 4, 16, 64, {{600, 1000}, {20, 150}}, Selection::kRandom, Mutation::kAdversarial,
+       5000, 14});
+  add({"long_context", 4, 16, 64, {{2048, 200000}}, Selection::kRandom, Mutation::kNone, 0, 15});
+  // max_blocks * 4 bytes > 48 KiB: one warp per CTA and the opt-in shared-memory attribute.
+  add({"huge_bound", 2, 16, 64, {{300, 1000}, {50, 130000}}, Selection::kRandom, Mutation::kAdversarial,
+       1900000, 16});
+  return v;
+}
+
+class K2qDevice : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(K2qDevice, MatchesHostBuilder) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const PlanCase& c = GetParam();
+  const PlanInputs in = make_inputs(c);
+  const msa::K2qCsr host = host_plan(c, in);
+  DevicePlan dp(c, in);
+  ASSERT_NE(dp.workspace.get(), nullptr);
+  dp.upload(in);
+  dp.poison();
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
+  const msa::K2qCsr dev = msa::cuda::k2q_device_snapshot(dp.sizes, dp.buffers, stream);
+  expect_same_plan(host, dev);
+  expect_row_ptr_padding(dp, host);
+
+  // Planning again over the previous plan's leftovers gives the same bytes.
+  msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
+  expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes, dp.buffers, stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST_P(K2qDevice, GraphReplayMatchesHostBuilder) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const PlanCase& c = GetParam();
+  const PlanInputs in = make_inputs(c);
+  const msa::K2qCsr host = host_plan(c, in);
+  DevicePlan dp(c, in);
+  ASSERT_NE(dp.workspace.get(), nullptr);
+  dp.upload(in);
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (dp.sizes.geo.unit_smem_bytes > 48 * 1024)  // sets the kernel attribute outside capture
+    msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    dp.poison();
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes, dp.buffers, stream));
+  }
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, K2qDevice, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<PlanCase>& param_info) { return param_info.param.name; });
+
+// The backend path: SparsePrefill on CUDA plans from CPU tensors (staged to the device) and
+// from device tensors with a host bound, and plan_snapshot() equals the host builder.
+TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const PlanCase& c : {cases()[2], cases()[7], cases()[9], cases()[11]}) {
+    SCOPED_TRACE(c.name);
+    const PlanInputs in = make_inputs(c);
+    const msa::K2qCsr host = host_plan(c, in);
+    msa::Options o;
+    o.backend = msa::Backend::kCuda;
+    o.q_per_item = c.q_per_item;
+    msa::SparsePrefill op(shape_of(c), o);
+
+    op.plan(in.batch(), in.topk.view());  // CPU tensors
+    expect_same_plan(host, op.plan_snapshot());
+
+    DevicePlan dp(c, in);
+    dp.upload(in);
+    msa::VarlenBatch batch;
+    batch.cu_seqlens_q = msa::TensorView::contiguous(dp.cu.get(), msa::DType::kInt32,
+                                                     {in.cu_seqlens_q.numel()}, msa::Device::kCuda);
+    batch.k_len = msa::TensorView::contiguous(dp.k_len.get(), msa::DType::kInt32, {in.k_len.numel()},
+                                              msa::Device::kCuda);
+    const auto topk = msa::TensorView::contiguous(
+        dp.topk.get(), msa::DType::kInt32, {c.h_kv, in.total_q, c.topk}, msa::Device::kCuda);
+    EXPECT_THROW(op.plan(batch, topk), msa::Error);  // device batch needs a bound
+    op.plan(batch, topk, in.max_k_len + 333, nullptr);
+    expect_same_plan(host, op.plan_snapshot());
+
+    // Caller-owned workspace of exactly workspace_bytes().
+    const std::size_t bytes = msa::SparsePrefill::workspace_bytes(
+        shape_of(c), {static_cast<std::int64_t>(c.requests.size()), in.total_q, in.max_k_len}, o);
+    DeviceBuffer ws(bytes);
+    op.set_workspace(ws.get(), bytes);
+    op.plan(batch, topk, in.max_k_len, nullptr);
+    expect_same_plan(host, op.plan_snapshot());
+    EXPECT_THROW(op.plan(batch, topk, in.max_k_len + 100000, nullptr), msa::Error);  // too small
+  }
+}
+
+// Planner time on target-sized problems (graph replays, CUDA events, median of 50). Run with
+// --gtest_also_run_disabled_tests --gtest_filter='*PlanTiming*'.
+TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<PlanCase> timed = {
+      {"S32k_B1_random", 4, 16, 64, {{32768, 32768}}, Selection::kRandom, Mutation::kNone, 0, 21},
+      {"S128k_B1_random", 4, 16, 64, {{131072, 131072}}, Selection::kRandom, Mutation::kNone, 0, 22},
+      {"chunk8k_of_128k", 4, 16, 64, {{8192, 131072}}, Selection::kRandom, Mutation::kNone, 0, 23},
+      {"B256_chunks", 4, 16, 64, many_requests(256, 24, 256, 60000), Selection::kRandom, Mutation::kNone, 0, 24},
+  };
+  for (const PlanCase& c : timed) {
+    const PlanInputs in = make_inputs(c);
+    DevicePlan dp(c, in);
+    ASSERT_NE(dp.workspace.get(), nullptr);
+    dp.upload(in);
+    cudaStream_t stream = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t start, stop;
+    CUDA_OK(cudaEventCreate(&start));
+    CUDA_OK(cudaEventCreate(&stop));
+    for (int i = 0; i < 5; ++i) CUDA_OK(cudaGraphLaunch(exec, stream));
+    std::vector<float> ms;
+    for (int i = 0; i < 50; ++i) {
+      CUDA_OK(cudaEventRecord(start, stream));
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      CUDA_OK(cudaEventRecord(stop, stream));
+      CUDA_OK(cudaEventSynchronize(stop));
+      float t = 0;
+      CUDA_OK(cudaEventElapsedTime(&t, start, stop));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("%-18s total_q %7lld rows<=%7lld edges/head %9lld: median %.1f us (min %.1f)\n", c.name.c_str(),
+                static_cast<long long>(in.total_q), static_cast<long long>(dp.sizes.geo.max_rows),
+                static_cast<long long>(dp.sizes.geo.edges_per_head), ms[ms.size() / 2] * 1e3, ms[0] * 1e3);
+    CUDA_OK(cudaEventDestroy(start));
+    CUDA_OK(cudaEventDestroy(stop));
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(stream));
+  }
+}
+
+}  // namespace

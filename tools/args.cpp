@@ -1,0 +1,110 @@
+#include "tools/args.h"
+
+#include <charconv>
+#include <string_view>
+#include <system_error>
+
+namespace msa::tool {
+
+namespace {
+
+// from_chars into Int with a range check; nullopt-like failure reported through `fail`.
+template <class Int, class Fail>
+Int parse_number(const std::string& text, Int lo, Int hi, Fail fail) {
+  Int v{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec == std::errc::result_out_of_range || (ec == std::errc() && ptr == end && (v < lo || v > hi)))
+    fail(text, "out of range " + std::to_string(lo) + ".." + std::to_string(hi));
+  if (ec != std::errc() || ptr != end || text.empty()) fail("'" + text + "'", "not an integer");
+  return v;
+}
+
+}  // namespace
+
+bool ArgReader::next_option() {
+  if (i_ >= args_.size()) return false;
+  name_ = args_[i_++];
+  value_.clear();
+  has_value_ = false;
+  if (const std::size_t eq = name_.find('='); name_.starts_with("--") && eq != std::string::npos) {
+    value_ = name_.substr(eq + 1);
+    name_.resize(eq);
+    has_value_ = true;
+  }
+  return true;
+}
+
+const std::string& ArgReader::value() {
+  if (!has_value_) {
+    if (i_ >= args_.size()) throw UsageError(command_ + ": " + name_ + " needs a value");
+    value_ = args_[i_++];
+    has_value_ = true;
+  }
+  return value_;
+}
+
+void ArgReader::no_value() {
+  if (has_value_) bad(name_, "'" + value_ + "'", "takes no value");
+}
+
+void ArgReader::bad(const std::string& option, const std::string& value, const std::string& why) const {
+  throw UsageError(command_ + ": " + option + " " + value + ": " + why);
+}
+
+void ArgReader::unknown() const {
+  throw UsageError(command_ + ": unknown option '" + name_ + "' (see " + command_ + " --help)");
+}
+
+int ArgReader::integer(int lo, int hi) {
+  return parse_number<int>(value(), lo, hi,
+                           [&](const std::string& v, const std::string& why) { bad(name_, v, why); });
+}
+
+std::uint64_t ArgReader::u64() {
+  return parse_number<std::uint64_t>(value(), 0, UINT64_MAX,
+                                     [&](const std::string& v, const std::string& why) { bad(name_, v, why); });
+}
+
+std::vector<bench::Request> ArgReader::requests(int max_tokens) {
+  const std::string text = value();
+  std::vector<bench::Request> out;
+  std::string_view rest = text;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string item(rest.substr(0, comma));
+    const std::size_t colon = item.find(':');
+    const auto fail = [&](const std::string&, const std::string&) {
+      bad(name_, "'" + text + "'",
+          "item '" + item + "': expected q_len:k_len, integers with 0 <= q_len <= k_len, 1 <= k_len <= " +
+              std::to_string(max_tokens));
+    };
+    if (colon == std::string::npos) fail("", "");
+    bench::Request r;
+    r.q_len = parse_number<int>(item.substr(0, colon), 0, max_tokens, fail);
+    r.k_len = parse_number<int>(item.substr(colon + 1), 1, max_tokens, fail);
+    if (r.k_len < r.q_len)
+      bad(name_, "'" + text + "'", "item '" + item + "': k_len must be >= q_len (k_len includes the new tokens)");
+    out.push_back(r);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+bench::Selection ArgReader::selection() {
+  try {
+    return bench::parse_selection(value());
+  } catch (const Error&) {
+    bad(name_, "'" + value_ + "'", "expected random, tile-shared, clustered or all");
+  }
+}
+
+int ArgReader::page_size() {
+  const int p = integer(0, 128);
+  if (p != 0 && p != 16 && p != 32 && p != 64 && p != 128)
+    bad(name_, value_, "expected 16, 32, 64, 128 or 0 (flat)");
+  return p;
+}
+
+}  // namespace msa::tool

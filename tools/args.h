@@ -1,0 +1,47 @@
+// Command-line reading shared by the msa commands: one-line UsageErrors that name the command,
+// the option and the value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/workload.h"
+#include "tools/cli.h"
+
+namespace msa::tool {
+
+// Walks `--name value` / `--name=value` arguments of one command.
+class ArgReader {
+ public:
+  ArgReader(std::string command, std::vector<std::string> args)
+      : command_(std::move(command)), args_(std::move(args)) {}
+
+  // Advances to the next option; false at the end. name() is then e.g. "--seed".
+  bool next_option();
+  const std::string& name() const { return name_; }
+  // The option's value (the `=` part or the next argument); a UsageError when missing.
+  const std::string& value();
+  // For options without a value: a UsageError when one was given with `=`.
+  void no_value();
+
+  [[noreturn]] void bad(const std::string& option, const std::string& value,
+                        const std::string& why) const;
+  [[noreturn]] void unknown() const;
+
+  int integer(int lo, int hi);  // value() as an int in [lo, hi]
+  std::uint64_t u64();
+  // "q:k,q:k,...": q_len new tokens of a request whose final KV length is k.
+  std::vector<bench::Request> requests(int max_tokens);
+  bench::Selection selection();
+  int page_size();  // 16, 32, 64, 128 or 0 (flat)
+
+ private:
+  std::string command_;
+  std::vector<std::string> args_;
+  std::size_t i_ = 0;
+  std::string name_, value_;
+  bool has_value_ = false;
+};
+
+}  // namespace msa::tool

@@ -1,0 +1,284 @@
+// `msa bench prefill`: the sparse prefill on the GPU, timed as targets.md asks (CUDA events
+// over graph replays, inputs rotated past 2x L2, warm-up, median of >= 20, CV), with plan()
+// and run() reported separately against the FLOP/byte floor.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/flops.h"
+#include "bench/gpu_timer.h"
+#include "bench/workload.h"
+#include "msa/msa.h"
+#include "tools/args.h"
+#include "tools/cli.h"
+#include "tools/table.h"
+
+#if MSA_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "bench/device_fill.h"
+#endif
+
+namespace msa::tool {
+
+namespace {
+
+struct BenchCase {
+  std::string name;
+  bench::Selection selection;
+  std::vector<bench::Request> requests;
+};
+
+struct BenchOptions {
+  AttentionShape shape{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
+  int page_size = 128;
+  int q_per_item = Options{}.q_per_item;
+  double clustered_p = 0.25;
+  std::uint64_t seed = 1;
+  int warmup = 5;
+  int reps = 20;
+  std::vector<BenchCase> cases;  // empty: the default suite
+  bool help = false;
+};
+
+std::vector<bench::Request> single(int s) { return {{s, s}}; }
+
+std::string bench_usage() {
+  return "usage: msa bench prefill [options]\n"
+         "\n"
+         "Times the CUDA sparse prefill (plan and run separately) on generated selections.\n"
+         "Without --seq/--requests it runs the default suite: random S = 8k, 32k, 128k;\n"
+         "tile-shared S = 8k, 32k; clustered S = 32k; a chunked batch of 8 requests.\n"
+         "\n"
+         "options (default in brackets):\n"
+         "  --selection NAME   random|tile-shared|clustered|all for --seq/--requests [random]\n"
+         "  --seq N            one request of N new tokens, no prefix (repeatable)\n"
+         "  --requests q:k,... a packed batch: q_len new tokens, k_len final length\n"
+         "  --h-q N --h-kv N --topk N   geometry [64, 4, 16]; d is 128\n"
+         "  --page-size N      16, 32, 64 or 128 [128]\n"
+         "  --q-per-item N     planner chunk [" + std::to_string(Options{}.q_per_item) + "]\n"
+         "  --seed N           [1]\n"
+         "  --warmup N --reps N   graph replays [5, 20]\n";
+}
+
+BenchOptions parse_bench_options(const std::vector<std::string>& args) {
+  BenchOptions o;
+  ArgReader r("msa bench prefill", args);
+  bench::Selection selection = bench::Selection::kRandom;
+  std::vector<std::pair<std::string, std::vector<bench::Request>>> batches;
+  while (r.next_option()) {
+    const std::string& name = r.name();
+    if (name == "-h" || name == "--help") r.no_value(), o.help = true;
+    else if (name == "--selection") selection = r.selection();
+    else if (name == "--seq") {
+      const int s = r.integer(1, 1 << 22);
+      batches.push_back({"S=" + std::to_string(s), single(s)});
+    } else if (name == "--requests") batches.push_back({"B=custom", r.requests(1 << 22)});
+    else if (name == "--h-q") o.shape.h_q = r.integer(1, 1024);
+    else if (name == "--h-kv") o.shape.h_kv = r.integer(1, 1024);
+    else if (name == "--topk") o.shape.topk = r.integer(1, 32);
+    else if (name == "--page-size") {
+      o.page_size = r.page_size();
+      if (o.page_size == 0) r.bad(name, "0", "the benchmark uses paged K/V");
+    } else if (name == "--q-per-item") o.q_per_item = r.integer(1, 4096);
+    else if (name == "--seed") o.seed = r.u64();
+    else if (name == "--warmup") o.warmup = r.integer(0, 1000);
+    else if (name == "--reps") o.reps = r.integer(1, 100000);
+    else r.unknown();
+  }
+  if (o.shape.h_q % o.shape.h_kv != 0 || o.shape.h_q / o.shape.h_kv > 16)
+    r.bad("--h-q", std::to_string(o.shape.h_q),
+          "must be a multiple of --h-kv " + std::to_string(o.shape.h_kv) + " with group <= 16");
+  for (auto& [label, requests] : batches)
+    o.cases.push_back({std::string(bench::selection_name(selection)) + " " + label, selection, requests});
+  return o;
+}
+
+#if MSA_WITH_CUDA
+
+// targets.md shapes: S = 8k / 32k / 128k batch 1 per generator, and a chunked batch with long
+// prefixes and mixed chunk sizes.
+std::vector<BenchCase> default_suite() {
+  const std::vector<bench::Request> chunked = {{2048, 34000}, {8192, 8192},   {1024, 131072},
+                                               {16384, 40000}, {512, 512},    {4096, 70000},
+                                               {1, 100000},    {3000, 12345}};
+  return {{"random S=8k", bench::Selection::kRandom, single(8192)},
+          {"random S=32k", bench::Selection::kRandom, single(32768)},
+          {"random S=128k", bench::Selection::kRandom, single(131072)},
+          {"tile-shared S=8k", bench::Selection::kTileShared, single(8192)},
+          {"tile-shared S=32k", bench::Selection::kTileShared, single(32768)},
+          {"clustered S=32k", bench::Selection::kClustered, single(32768)},
+          {"random chunked B=8", bench::Selection::kRandom, chunked}};
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+// A cudaMalloc'd buffer freed on scope exit.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(std::size_t bytes) { check(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256)), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)) {}
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+};
+
+DeviceBuffer upload(const bench::HostTensor& t) {
+  DeviceBuffer d(t.bytes());
+  check(cudaMemcpy(d.ptr, t.raw(), t.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  return d;
+}
+
+TensorView on_device(TensorView v, void* ptr) {
+  v.data = ptr;
+  v.device = Device::kCuda;
+  return v;
+}
+
+struct Row {
+  std::vector<std::string> cells;
+};
+
+Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
+  const AttentionShape& s = o.shape;
+  const auto b_count = static_cast<std::int64_t>(c.requests.size());
+  // Host metadata: batch, page table (a random permutation of physical pages), top-k rows.
+  bench::HostTensor cu_q(DType::kInt32, {b_count + 1}), k_len(DType::kInt32, {b_count});
+  std::int64_t max_k = 0, pages = 0, max_pages = 1;
+  for (std::int64_t b = 0; b < b_count; ++b) {
+    cu_q.data<std::int32_t>()[b + 1] = cu_q.data<std::int32_t>()[b] + c.requests[b].q_len;
+    k_len.data<std::int32_t>()[b] = c.requests[b].k_len;
+    max_k = std::max<std::int64_t>(max_k, c.requests[b].k_len);
+    const std::int64_t p = (c.requests[b].k_len + o.page_size - 1) / o.page_size;
+    pages += p;
+    max_pages = std::max(max_pages, p);
+  }
+  const std::int64_t total_q = cu_q.data<std::int32_t>()[b_count];
+  std::vector<std::int32_t> perm(static_cast<std::size_t>(pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  bench::HostTensor page_table(DType::kInt32, {b_count, max_pages});
+  for (std::int64_t b = 0, next = 0; b < b_count; ++b)
+    for (std::int64_t p = 0; p < max_pages; ++p)
+      page_table.data<std::int32_t>()[b * max_pages + p] =
+          p < (c.requests[b].k_len + o.page_size - 1) / o.page_size ? perm[next++] : 0;
+  bench::HostTensor topk;
+  bench::fill_topk(topk, c.requests, s.h_kv, s.topk, c.selection, o.clustered_p, seed);
+  const bench::SelectionStats stats = bench::count_selection(topk.view(), c.requests);
+  const double flops = bench::attention_flops(s, stats);
+  const double bytes = bench::prefill_bytes(s, stats, total_q).total();
+  const double floor_ms = bench::floor_seconds(flops, bytes) * 1e3;
+
+  // Device tensors; Q/K/V/out rotate over `sets` copies whose total exceeds 2x L2.
+  const std::int64_t q_elems = total_q * s.h_q * s.d;
+  const std::int64_t kv_elems = pages * s.h_kv * o.page_size * s.d;
+  const double set_bytes = 2.0 * (2 * q_elems + 2 * kv_elems);
+  const int sets = static_cast<int>(std::clamp<double>(
+      std::ceil(2.0 * static_cast<double>(bench::device_l2_bytes()) / std::max(set_bytes, 1.0)), 1, 8));
+  std::vector<std::unique_ptr<DeviceBuffer>> q, k, v, out;
+  for (int i = 0; i < sets; ++i) {
+    q.push_back(std::make_unique<DeviceBuffer>(q_elems * 2));
+    k.push_back(std::make_unique<DeviceBuffer>(kv_elems * 2));
+    v.push_back(std::make_unique<DeviceBuffer>(kv_elems * 2));
+    out.push_back(std::make_unique<DeviceBuffer>(q_elems * 2));
+    bench::device_fill_normal(q[i]->ptr, q_elems, false, 0.25f, seed * 131 + 4 * i, nullptr);
+    bench::device_fill_normal(k[i]->ptr, kv_elems, false, 0.25f, seed * 131 + 4 * i + 1, nullptr);
+    bench::device_fill_normal(v[i]->ptr, kv_elems, false, 0.25f, seed * 131 + 4 * i + 2, nullptr);
+  }
+  DeviceBuffer lse(static_cast<std::size_t>(total_q * s.h_q) * 4);
+  DeviceBuffer d_cu = upload(cu_q), d_klen = upload(k_len), d_pt = upload(page_table), d_topk = upload(topk);
+
+  VarlenBatch batch{on_device(cu_q.view(), d_cu.ptr), on_device(k_len.view(), d_klen.ptr)};
+  const TensorView d_topk_view = on_device(topk.view(), d_topk.ptr);
+  std::vector<PrefillArgs> args(static_cast<std::size_t>(sets));
+  for (int i = 0; i < sets; ++i) {
+    PrefillArgs& a = args[i];
+    a.q = TensorView::contiguous(q[i]->ptr, DType::kBF16, {total_q, s.h_q, s.d}, Device::kCuda);
+    a.kv.k = TensorView::contiguous(k[i]->ptr, DType::kBF16, {pages, s.h_kv, o.page_size, s.d}, Device::kCuda);
+    a.kv.v = TensorView::contiguous(v[i]->ptr, DType::kBF16, {pages, s.h_kv, o.page_size, s.d}, Device::kCuda);
+    a.kv.page_table = on_device(page_table.view(), d_pt.ptr);
+    a.batch = batch;
+    a.topk = d_topk_view;
+    a.out = TensorView::contiguous(out[i]->ptr, DType::kBF16, {total_q, s.h_q, s.d}, Device::kCuda);
+    a.lse = TensorView::contiguous(lse.ptr, DType::kFP32, {total_q, s.h_q}, Device::kCuda);
+  }
+
+  Options options;
+  options.backend = Backend::kCuda;
+  options.q_per_item = o.q_per_item;
+  SparsePrefill op(s, options);
+  op.plan(batch, d_topk_view, max_k, nullptr);  // sizes and allocates the workspace
+  check(cudaDeviceSynchronize(), "plan");
+  const bench::Timing plan = bench::time_graph_replays(
+      [&](int, cudaStream_t st) { op.plan(batch, d_topk_view, max_k, st); }, 1, o.warmup, o.reps);
+  const bench::Timing run = bench::time_graph_replays(
+      [&](int set, cudaStream_t st) { op.run(args[set], st); }, sets, o.warmup, o.reps);
+  check(cudaDeviceSynchronize(), "run");
+
+  const double run_s = run.median_ms * 1e-3;
+  Row row;
+  row.cells = {c.name,
+               std::to_string(total_q),
+               std::to_string(stats.edges),
+               format("%.3f", plan.median_ms),
+               format("%.3f", run.median_ms),
+               format("%.1f%%", 100.0 * run.cv),
+               format("%.3f", plan.median_ms + run.median_ms),
+               format("%.1f", flops / run_s * 1e-12),
+               format("%.0f", bytes / run_s * 1e-9),
+               format("%.3f", floor_ms),
+               format("%.2f", run.median_ms / floor_ms),
+               std::to_string(sets)};
+  return row;
+}
+
+#endif  // MSA_WITH_CUDA
+
+}  // namespace
+
+int bench_command(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::fputs("usage: msa bench prefill [options]  (msa bench prefill --help)\n", args.empty() ? stderr : stdout);
+    return args.empty() ? kExitUsage : kExitPass;
+  }
+  if (args[0] != "prefill")
+    throw UsageError("msa bench: unknown benchmark '" + args[0] + "' (available: prefill)");
+  BenchOptions o = parse_bench_options({args.begin() + 1, args.end()});
+  if (o.help) {
+    std::fputs(bench_usage().c_str(), stdout);
+    return kExitPass;
+  }
+#if MSA_WITH_CUDA
+  if (!cuda_available()) throw UsageError("msa bench prefill: no CUDA device is visible");
+  if (o.cases.empty()) o.cases = default_suite();
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("msa bench prefill on %s (%d SMs, L2 %d MB): h_q %d, h_kv %d, d %d, topk %d, page %d, "
+              "q_per_item %d; median of %d graph replays after %d warm-up\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, o.shape.h_q, o.shape.h_kv,
+              o.shape.d, o.shape.topk, o.page_size, o.q_per_item, o.reps, o.warmup);
+  Table table({{"case"}, {"total_q", true}, {"edges", true}, {"plan ms", true}, {"run ms", true},
+               {"cv", true}, {"plan+run", true}, {"eff TFLOP/s", true}, {"GB/s", true},
+               {"floor ms", true}, {"run/floor", true}, {"sets", true}});
+  for (const BenchCase& c : o.cases) {
+    table.add_row(bench_case(o, c, o.seed).cells);
+    std::fprintf(stderr, "  done: %s\n", c.name.c_str());
+  }
+  table.print(stdout);
+  std::printf("effective TFLOP/s counts selected visible keys only (targets.md); floor = max(FLOPs / 600 "
+              "TFLOP/s, bytes / 2.9 TB/s) of the KV-block-major byte model (bench/flops.h)\n");
+  return kExitPass;
+#else
+  throw UsageError("msa bench prefill: this build has no CUDA backend");
+#endif
+}
+
+}  // namespace msa::tool
