@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "msa/error.h"
 #include "msa/options.h"
 #include "msa/shapes.h"
 #include "msa/tensor.h"
@@ -48,15 +50,26 @@ std::string TensorView::shape_string() const {
   return s + "]";
 }
 
-TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
-                                  Device device) {
+namespace {
+
+// A view with the given shape; rank beyond kMaxRank is an error, never an overflow.
+TensorView with_shape(void* data, DType dtype, std::initializer_list<std::int64_t> shape, Device device) {
+  if (shape.size() > static_cast<std::size_t>(kMaxRank))
+    throw Error("shape.rank", std::to_string(shape.size()), "TensorView holds at most 4 dims");
   TensorView t;
   t.data = data;
   t.dtype = dtype;
   t.device = device;
   t.rank = static_cast<int>(shape.size());
-  int i = 0;
-  for (auto e : shape) t.shape[i++] = e;
+  std::copy(shape.begin(), shape.end(), t.shape.begin());
+  return t;
+}
+
+}  // namespace
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                                  Device device) {
+  TensorView t = with_shape(data, dtype, shape, device);
   std::int64_t s = 1;
   for (int j = t.rank - 1; j >= 0; --j) {
     t.stride[j] = s;
@@ -67,15 +80,11 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
 
 TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
                                std::initializer_list<std::int64_t> stride, Device device) {
-  TensorView t;
-  t.data = data;
-  t.dtype = dtype;
-  t.device = device;
-  t.rank = static_cast<int>(shape.size());
-  int i = 0;
-  for (auto e : shape) t.shape[i++] = e;
-  i = 0;
-  for (auto e : stride) t.stride[i++] = e;
+  TensorView t = with_shape(data, dtype, shape, device);
+  if (stride.size() != shape.size())
+    throw Error("stride.size", std::to_string(stride.size()),
+                "must equal the rank " + std::to_string(shape.size()));
+  std::copy(stride.begin(), stride.end(), t.stride.begin());
   return t;
 }
 

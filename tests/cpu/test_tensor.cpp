@@ -43,6 +43,14 @@ TEST(TensorView, ContiguousStridesAndShapeString) {
   EXPECT_FALSE(msa::TensorView{}.present());
 }
 
+TEST(TensorView, RejectsRankAboveFourAndStrideMismatch) {
+  EXPECT_THROW(msa::TensorView::contiguous(nullptr, msa::DType::kFP32, {1, 2, 3, 4, 5}), msa::Error);
+  EXPECT_THROW(msa::TensorView::strided(nullptr, msa::DType::kFP32, {2, 3}, {3}), msa::Error);
+  const auto t = msa::TensorView::strided(nullptr, msa::DType::kBF16, {2, 3}, {8, 1});
+  EXPECT_EQ(t.stride[0], 8);
+  EXPECT_EQ(t.rank, 2);
+}
+
 TEST(Batch, ReadsPositionsAndRejectsShortKv) {
   std::vector<std::int32_t> cu = {0, 3, 3, 8}, kl = {130, 5, 5};
   msa::VarlenBatch b{msa::TensorView::contiguous(cu.data(), msa::DType::kInt32, {4}),
