@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ struct CombineCase {
   int out_head_pad = 0;  // out is [total_q, h_q, d + pad] viewed as [total_q, h_q, d]
   std::uint64_t seed = 1;
 };
+// Test names in CTest and gtest output: the case name, not the struct bytes.
+void PrintTo(const CombineCase& c, std::ostream* os) { *os << c.name; }
 
 struct CombineInputs {
   HostTensor o_partial;     // [topk, total_q, h_q, d] bf16

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <random>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -58,6 +59,8 @@ struct PlanCase {
   std::int64_t extra_k_len = 0;  // max_k_len bound = real max + this (a loose bound)
   std::uint64_t seed = 1;
 };
+// Test names in CTest and gtest output: the case name, not the struct bytes.
+void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
 
 // The host inputs of one case.
 struct PlanInputs {

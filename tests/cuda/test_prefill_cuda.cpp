@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,8 @@ struct Case {
   int q_per_item = 64;
   bool adversarial = false;  // sprinkle -1, duplicates and out-of-range ids into the rows
 };
+// Test names in CTest and gtest output: the case name, not the struct bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 WorkloadSpec spec_of(int h_q, int h_kv, int topk, int page, std::vector<Request> requests,
                      Selection sel, std::uint64_t seed) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,8 @@ struct Case {
   int q_per_item = 64;
   std::uint64_t seed = 1;
 };
+// Test names in CTest and gtest output: the case name, not the struct bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // Raw outputs of one launch.
 struct Outputs {
