@@ -2,16 +2,17 @@
 // item the block's K/V is loaded once and stays resident while the item's M tiles of packed
 // (query, head) rows stream through a double-buffered Q gather.
 //
-// Roles: two warpgroups, both loading (cp.async, all 256 threads) and both computing (each
-// owns 64 rows of the 128-row M tile). No producer warpgroup: loads are issued between math
-// phases and run one step ahead, a step being one M tile of one item.
+// Roles: kWarpgroups (one) warpgroups, all loading (cp.async, every thread) and all computing
+// (each owns 64 rows of the M tile). No producer warpgroup: loads are issued between math phases
+// and run one step ahead, a step being one M tile of one item.
 //
-// Pipeline: the CTA's steps form one stream across its items. Each step's loads are one
-// cp.async group issued during the previous step (Q of the next tile, or K + V + Q tile 0
-// of the next item into the other K/V buffer), so every step starts with wait_group 0, the
-// proxy fence (WGMMA reads what cp.async wrote) and a barrier. That barrier also retires the
-// previous step, whose buffers (the other Q buffer; at an item's last tile the other K/V
-// buffer, last used by the item before) the new prefetch then overwrites.
+// Pipeline: the CTA's steps form one stream across its items. Each step's loads are issued
+// during the previous step (Q of the next tile; at an item's last tile Q tile 0 of the next
+// item and, once that tile's P V has read V, the next item's K + V), so every step starts
+// with wait_group 0, the proxy fence (WGMMA reads what cp.async wrote) and a barrier. That
+// barrier also retires the previous step, whose Q buffer the new prefetch then overwrites.
+// K/V is single buffered, so an item's first step waits for its K/V load; the second CTA
+// resident on the SM computes meanwhile.
 #pragma once
 
 #include <cstdint>
@@ -31,30 +32,29 @@ __device__ __forceinline__ int item_tiles(const ItemCoords& it, int tile_m) {
   return max(1, (it.rows + tile_m - 1) / tile_m);
 }
 
-// Loads of the first step of an item: K, V into K/V buffer kv_buf and Q tile 0 into q_buf.
+// Issues the item's K and V block loads (the caller commits the cp.async group).
 template <class Traits>
-__device__ __forceinline__ void load_item_start(const PrefillParams& p, const ItemCoords& it,
-                                                typename Traits::SharedStorage& smem, int kv_buf,
-                                                int q_buf, int tid) {
+__device__ __forceinline__ void load_item_kv(const PrefillParams& p, const ItemCoords& it,
+                                             typename Traits::SharedStorage& smem, int tid) {
   using Main = Mainloop<Traits>;
-  Main::template load_kv<0>(p, it, smem.k[kv_buf], tid);
-  Main::template load_kv<1>(p, it, smem.v[kv_buf], tid);
-  Main::load_q_tile(p, it, 0, smem.q[q_buf], smem.rows[q_buf], tid);
-  cp_async_commit();
+  Main::template load_kv<0>(p, it, smem.k, tid);
+  Main::template load_kv<1>(p, it, smem.v, tid);
 }
 
-// The math of one step (its loads have landed): S, softmax, P V and the epilogue for the two
-// warpgroups' rows of M tile q_buf against K/V buffer kv_buf. `prefetch()` issues the next
-// step's loads while the S WGMMAs run, hiding its dependent plan reads (qsplit, work item).
-template <class Traits, class Prefetch>
+// The math of one step (its loads have landed): S, softmax, P V and the epilogue for the
+// warpgroups' rows of M tile q_buf against the item's K/V. `prefetch()` issues the next
+// step's loads while the S WGMMAs run, hiding its dependent plan reads (qsplit, work item);
+// `after_pv()` runs once K and V are no longer read, before the epilogue's stores.
+template <class Traits, class Prefetch, class AfterPv>
 __device__ __forceinline__ void compute_tile(const PrefillParams& p,
-                                             typename Traits::SharedStorage& smem, int kv_buf,
-                                             int q_buf, int tid, Prefetch&& prefetch) {
+                                             typename Traits::SharedStorage& smem, int q_buf,
+                                             int tid, Prefetch&& prefetch,
+                                             AfterPv&& after_pv) {
   using namespace cute;
   using Main = Mainloop<Traits>;
   Tensor acc_s = partition_fragment_C(typename Traits::MmaQK{},
                                       Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{});
-  Main::gemm_qk(smem.q[q_buf], smem.k[kv_buf], tid, acc_s, prefetch);
+  Main::gemm_qk(smem.q[q_buf], smem.k, tid, acc_s, prefetch);
 
   auto frag_p = Main::make_frag_p();
   float m_scaled[2], row_sum[2];
@@ -62,13 +62,14 @@ __device__ __forceinline__ void compute_tile(const PrefillParams& p,
 
   Tensor acc_o = partition_fragment_C(typename Traits::MmaPV{},
                                       Shape<Int<Traits::kTileM>, Int<Traits::kHeadDim>>{});
-  Main::gemm_pv(frag_p, smem.v[kv_buf], tid, acc_o);
+  Main::gemm_pv(frag_p, smem.v, tid, acc_o);
+  after_pv();
 
   Epilogue<Traits>::store(p, acc_o, m_scaled, row_sum, smem.q[q_buf], smem.rows[q_buf], tid);
 }
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
     prefill_sm90_kernel(const __grid_constant__ PrefillParams p) {
   using Main = Mainloop<Traits>;
   extern __shared__ std::uint8_t smem_raw[];
@@ -83,8 +84,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   int item = blockIdx.x;
   if (item < work_count) {
     ItemCoords it = load_item(p, item);
-    int kv_buf = 0, q_buf = 0;
-    load_item_start<Traits>(p, it, smem, kv_buf, q_buf, tid);
+    int q_buf = 0;
+    load_item_kv<Traits>(p, it, smem, tid);
+    Main::load_q_tile(p, it, 0, smem.q[q_buf], smem.rows[q_buf], tid);
+    cp_async_commit();
     while (true) {
       const int tiles = item_tiles(it, Traits::kTileM);
       const int next_item = item + static_cast<int>(gridDim.x);
@@ -93,21 +96,32 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         cp_async_wait<0>();
         fence_proxy_async_shared();
         __syncthreads();
-        compute_tile<Traits>(p, smem, kv_buf, q_buf, tid, [&] {
-          if (tile + 1 < tiles) {
-            Main::load_q_tile(p, it, tile + 1, smem.q[q_buf ^ 1], smem.rows[q_buf ^ 1], tid);
-            cp_async_commit();
-          } else if (next_item < work_count) {
-            next = load_item(p, next_item);
-            load_item_start<Traits>(p, next, smem, kv_buf ^ 1, q_buf ^ 1, tid);
-          }
-        });
+        const bool last = tile + 1 == tiles;
+        compute_tile<Traits>(
+            p, smem, q_buf, tid,
+            [&] {
+              if (!last) {
+                Main::load_q_tile(p, it, tile + 1, smem.q[q_buf ^ 1], smem.rows[q_buf ^ 1], tid);
+                cp_async_commit();
+              } else if (next_item < work_count) {
+                next = load_item(p, next_item);
+                // Its K/V follow in the same cp.async group once K and V are read (below).
+                Main::load_q_tile(p, next, 0, smem.q[q_buf ^ 1], smem.rows[q_buf ^ 1], tid);
+              }
+            },
+            [&] {
+              if (last && next_item < work_count) {
+                // Every warp's S and P V WGMMAs have completed: K and V are free.
+                __syncthreads();
+                load_item_kv<Traits>(p, next, smem, tid);
+                cp_async_commit();
+              }
+            });
         q_buf ^= 1;
       }
       if (next_item >= work_count) break;
       item = next_item;
       it = next;
-      kv_buf ^= 1;
     }
   }
 

@@ -4,7 +4,6 @@
 
 #include <cuda_runtime.h>
 
-#include <mutex>
 #include <string>
 
 #include "cuda/common/check.h"
@@ -16,6 +15,22 @@ namespace msa::cuda {
 namespace {
 
 using Traits = prefill_sm90::TraitsBf16D128;
+
+// Sets the kernel's shared-memory attribute once and returns the CTAs that the occupancy
+// calculator lets share an SM (registers and shared memory together); thread-safe static
+// initialisation.
+int setup() {
+  static const int ctas = [] {
+    auto* kernel = prefill_sm90::prefill_sm90_kernel<Traits>;
+    const int smem = static_cast<int>(Traits::kSmemBytes);
+    MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int n = 0;
+    MSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Traits::kThreads, smem));
+    if (n < 1) throw Error("prefill_sm90", "occupancy 0", "the kernel does not fit on an SM");
+    return n;
+  }();
+  return ctas;
+}
 
 void check_params(const PrefillParams& p) {
   const bool paged = p.page_table != nullptr;
@@ -33,12 +48,7 @@ void check_params(const PrefillParams& p) {
 void launch_prefill_sm90(const PrefillParams& p, int grid_ctas, cudaStream_t stream) {
   check_params(p);
   if (grid_ctas <= 0) return;
-  auto* kernel = prefill_sm90::prefill_sm90_kernel<Traits>;
-  static std::once_flag smem_attr;
-  std::call_once(smem_attr, [&] {
-    MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(Traits::kSmemBytes)));
-  });
+  setup();
 
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -50,9 +60,9 @@ void launch_prefill_sm90(const PrefillParams& p, int grid_ctas, cudaStream_t str
   config.stream = stream;
   config.attrs = &attr;
   config.numAttrs = 1;
-  MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+  MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, prefill_sm90::prefill_sm90_kernel<Traits>, p));
 }
 
-int prefill_sm90_ctas_per_sm() { return 1; }
+int prefill_sm90_ctas_per_sm() { return setup(); }
 
 }  // namespace msa::cuda

@@ -13,7 +13,8 @@ namespace msa::cuda {
 // Throws msa::Error for parameters the kernel does not support (page size, group, head dim).
 void launch_prefill_sm90(const PrefillParams& p, int grid_ctas, cudaStream_t stream);
 
-// Resident CTAs per SM (the kernel is persistent: grid_ctas = SMs * this saturates the GPU).
+// Resident CTAs per SM, from the occupancy calculator (the kernel is persistent: grid_ctas =
+// SMs * this saturates the GPU).
 int prefill_sm90_ctas_per_sm();
 
 }  // namespace msa::cuda
