@@ -186,8 +186,11 @@ Workload make_workload(const WorkloadSpec& spec) {
   }
   w.total_q = w.cu_seqlens_q.data<std::int32_t>()[b_count];
 
-  w.q = HostTensor(spec.dtype, {w.total_q, s.h_q, s.d});
-  randn(w.q, 0.25f);
+  const bool values = spec.host_values;
+  if (values) {
+    w.q = HostTensor(spec.dtype, {w.total_q, s.h_q, s.d});
+    randn(w.q, 0.25f);
+  }
 
   if (spec.page_size > 0) {
     const std::int64_t ps = spec.page_size;
@@ -211,18 +214,22 @@ Workload make_workload(const WorkloadSpec& spec) {
     const std::vector<std::int64_t> shape =
         spec.token_major_pages ? std::vector<std::int64_t>{w.num_pages, ps, s.h_kv, s.d}
                                : std::vector<std::int64_t>{w.num_pages, s.h_kv, ps, s.d};
-    w.k = HostTensor(spec.dtype, shape);
-    w.v = HostTensor(spec.dtype, shape);
-    if (spec.h_i > 0) w.index_k = HostTensor(spec.dtype, {w.num_pages, 1, ps, s.d});
+    if (values) {
+      w.k = HostTensor(spec.dtype, shape);
+      w.v = HostTensor(spec.dtype, shape);
+      if (spec.h_i > 0) w.index_k = HostTensor(spec.dtype, {w.num_pages, 1, ps, s.d});
+    }
   } else {
     w.cu_seqlens_k = HostTensor(DType::kInt32, {b_count + 1});
     for (std::int64_t b = 0; b < b_count; ++b)
       w.cu_seqlens_k.data<std::int32_t>()[b + 1] =
           w.cu_seqlens_k.data<std::int32_t>()[b] + spec.requests[b].k_len;
     const std::int64_t rows = std::max<std::int64_t>(total_k, 1);
-    w.k = HostTensor(spec.dtype, {rows, s.h_kv, s.d});
-    w.v = HostTensor(spec.dtype, {rows, s.h_kv, s.d});
-    if (spec.h_i > 0) w.index_k = HostTensor(spec.dtype, {rows, 1, s.d});
+    if (values) {
+      w.k = HostTensor(spec.dtype, {rows, s.h_kv, s.d});
+      w.v = HostTensor(spec.dtype, {rows, s.h_kv, s.d});
+      if (spec.h_i > 0) w.index_k = HostTensor(spec.dtype, {rows, 1, s.d});
+    }
   }
   randn(w.k, 0.25f);
   randn(w.v, 0.25f);
@@ -232,7 +239,7 @@ Workload make_workload(const WorkloadSpec& spec) {
     w.sinks = HostTensor(DType::kFP32, {s.h_q});
     randn(w.sinks, 1.f);
   }
-  if (spec.h_i > 0) {
+  if (values && spec.h_i > 0) {
     w.index_q = HostTensor(spec.dtype, {w.total_q, spec.h_i, s.d});
     randn(w.index_q, 0.25f);
     randn(w.index_k, 0.25f);

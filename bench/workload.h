@@ -60,6 +60,9 @@ struct WorkloadSpec {
   bool sinks = false;
   int h_i = 0;                     // index heads for the indexer inputs (0: none)
   std::uint64_t seed = 1;
+  // false: q, k, v and the index tensors are not allocated (a GPU benchmark fills its own on
+  // the device); batch, page table, top-k and sinks are built as usual.
+  bool host_values = true;
 };
 
 // Host inputs of one prefill (or indexer) call.

@@ -5,8 +5,6 @@
 #include <cmath>
 #include <memory>
 #include <cstdio>
-#include <numeric>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -148,30 +146,21 @@ struct Row {
 
 Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
   const AttentionShape& s = o.shape;
-  const auto b_count = static_cast<std::int64_t>(c.requests.size());
-  // Host metadata: batch, page table (a random permutation of physical pages), top-k rows.
-  bench::HostTensor cu_q(DType::kInt32, {b_count + 1}), k_len(DType::kInt32, {b_count});
-  std::int64_t max_k = 0, pages = 0, max_pages = 1;
-  for (std::int64_t b = 0; b < b_count; ++b) {
-    cu_q.data<std::int32_t>()[b + 1] = cu_q.data<std::int32_t>()[b] + c.requests[b].q_len;
-    k_len.data<std::int32_t>()[b] = c.requests[b].k_len;
-    max_k = std::max<std::int64_t>(max_k, c.requests[b].k_len);
-    const std::int64_t p = (c.requests[b].k_len + o.page_size - 1) / o.page_size;
-    pages += p;
-    max_pages = std::max(max_pages, p);
-  }
-  const std::int64_t total_q = cu_q.data<std::int32_t>()[b_count];
-  std::vector<std::int32_t> perm(static_cast<std::size_t>(pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::mt19937_64 rng(seed);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  bench::HostTensor page_table(DType::kInt32, {b_count, max_pages});
-  for (std::int64_t b = 0, next = 0; b < b_count; ++b)
-    for (std::int64_t p = 0; p < max_pages; ++p)
-      page_table.data<std::int32_t>()[b * max_pages + p] =
-          p < (c.requests[b].k_len + o.page_size - 1) / o.page_size ? perm[next++] : 0;
-  bench::HostTensor topk;
-  bench::fill_topk(topk, c.requests, s.h_kv, s.topk, c.selection, o.clustered_p, seed);
+  // Host metadata from the shared generator (batch, page table over a random permutation of
+  // physical pages, top-k rows); Q/K/V are filled on the device below.
+  bench::WorkloadSpec spec;
+  spec.shape = s;
+  spec.requests = c.requests;
+  spec.page_size = o.page_size;
+  spec.selection = c.selection;
+  spec.clustered_p = o.clustered_p;
+  spec.seed = seed;
+  spec.host_values = false;
+  const bench::Workload w = bench::make_workload(spec);
+  const std::int64_t total_q = w.total_q, pages = w.num_pages;
+  std::int64_t max_k = 0;
+  for (const bench::Request& r : c.requests) max_k = std::max<std::int64_t>(max_k, r.k_len);
+  const bench::HostTensor &cu_q = w.cu_seqlens_q, &k_len = w.k_len, &page_table = w.page_table, &topk = w.topk;
   const bench::SelectionStats stats = bench::count_selection(topk.view(), c.requests);
   const double flops = bench::attention_flops(s, stats);
   const double bytes = bench::prefill_bytes(s, stats, total_q).total();
