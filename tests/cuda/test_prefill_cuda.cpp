@@ -89,6 +89,7 @@ std::vector<Case> cases() {
   std::vector<Request> many;
   for (int i = 0; i < 300; ++i) many.push_back({1 + (i * 7) % 13, 1 + (i * 7) % 13 + (i * 37) % 500});
   c.push_back({"batch300", spec_of(16, 2, 8, 32, many, Selection::kRandom, 10)});
+  c.push_back({"page128_g3_random", spec_of(12, 4, 16, 128, chunked, Selection::kRandom, 12)});
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
   return c;
 }

@@ -320,6 +320,10 @@ std::vector<Case> cases() {
   v.push_back({"hot_page32_g16", 16, 1, 8, {{300, 700}}, 32, false, Selection::kAll, false, 64, 5});
   // Items smaller than an M tile but G = 8, pages of 128, q_per_item 13.
   v.push_back({"page128_g8_qpi13", 16, 2, 6, {{100, 500}, {77, 77}}, 128, false, Selection::kRandom, false, 13, 6});
+  // G = 6 does not divide the 64-row M tile: queries straddle tiles and TMA boxes are one row.
+  v.push_back({"page128_g6_straddle", 12, 2, 6, {{200, 700}, {9, 9}}, 128, false, Selection::kRandom, false, 64, 7});
+  // G = 2: boxes of two rows start mid swizzle atom (rows 2, 4, 6 of each 8).
+  v.push_back({"page32_g2", 8, 4, 8, {{150, 600}}, 32, false, Selection::kRandom, false, 64, 8});
   return v;
 }
 

@@ -14,10 +14,10 @@ namespace msa::cuda::prefill_sm90 {
 
 // Per M-row facts of one Q tile, computed once by the gather and read by softmax and epilogue.
 struct RowInfo {
-  std::int32_t qh;         // qg * h_q + h: the row of [total_q, h_q]; -1 for a padding row
+  std::int32_t qg;         // global query index; -1 for a padding row
+  std::int32_t h;          // query head, 0..h_q-1
   std::int32_t slot;       // split slot of this (query, block) edge
   std::int32_t key_limit;  // visible keys are tokens [0, key_limit) of the block, 0..128
-  std::int32_t pad;        // keeps RowInfo 16 bytes (one vector load)
 };
 
 template <class Element_, int kHeadDim_>
@@ -61,6 +61,17 @@ struct Traits {
   using SmemLayoutV = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
                                                    cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}));
 
+  // TMA boxes of Q and O are 64 columns (128 bytes, one swizzle row) wide and start at row r of
+  // column half c, unswizzled element offset c * kTileM * 64 + r * 64 of the Q tile: the
+  // 128-byte swizzle is a function of the shared-memory address, which the TMA unit and WGMMA
+  // both apply on top of it.
+  static constexpr int kBoxCols = 128 / sizeof(Element);
+  static constexpr int kColHalves = kHeadDim / kBoxCols;
+  static __host__ __device__ constexpr int q_box_offset(int r, int c) { return c * kTileM * kBoxCols + r * kBoxCols; }
+  static_assert(SmemLayoutQ{}.layout_b()(8, 0) == q_box_offset(8, 0) &&
+                    SmemLayoutQ{}.layout_b()(0, kBoxCols) == q_box_offset(0, 1),
+                "the Q tile is not laid out as column halves of kTileM swizzled 128-byte rows");
+
   // The shared-memory plan (99 KB with alignment: two CTAs per SM). Loads run one step
   // ahead of the math, where a step is one M tile of one item: Q is double buffered; K and V
   // are single buffered (a second pair would not leave room for two CTAs), so the next
@@ -71,6 +82,7 @@ struct Traits {
     alignas(1024) Element v[cute::cosize_v<SmemLayoutV>];  // [token, d] swizzled
     alignas(1024) Element q[2][cute::cosize_v<SmemLayoutQ>];  // [row, d] swizzled, then O
     alignas(16) RowInfo rows[2][kTileM];                       // facts of each Q buffer's rows
+    alignas(8) std::uint64_t q_full[2];  // mbarrier per Q buffer: its TMA gather has landed
   };
   // Dynamic shared memory is only promised 16-byte alignment; the kernel rounds its base up
   // to the 1024 bytes that 128-byte swizzle atoms need.

@@ -1,15 +1,19 @@
 // Epilogue of the sm_90a sparse prefill: normalise O by the row sum, write BF16 partials and
 // natural-log LSE for every real (query, head) row of the M tile.
 //
-// O goes through shared memory: each warpgroup overwrites its own 64 rows of the M tile's Q
-// buffer (its S WGMMA has completed, and the other warpgroup reads only its own rows), then
-// stores whole 256-byte rows with 16-byte coalesced writes instead of the accumulator's
-// scattered 4-byte pairs.
+// O goes through shared memory: the warpgroup overwrites its (already consumed) Q buffer with
+// the swizzled O tile, then the thread of each box's first row stores that box (box_rows heads
+// of one query, both column halves) to the query's slot with TMA: a handful of bulk stores per
+// tile instead of every thread computing addresses for 16-byte stores. The store reads shared
+// memory asynchronously; the same thread waits for that read before its next TMA load into
+// the buffer (Mainloop::load_q_tile).
 #pragma once
 
 #include <cstdint>
 
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/prefill/sm90/config.h"
 #include "cuda/prefill/sm90/mainloop.cuh"
@@ -22,12 +26,10 @@ struct Epilogue {
   using Element = typename Traits::Element;
   static constexpr int kHeadDim = Traits::kHeadDim;
   static constexpr int kTileM = Traits::kTileM;
-  static constexpr int kChunkElems = Traits::kChunkElems;
-  static constexpr int kChunksPerRow = Traits::kChunksPerRow;
-  static constexpr int kWgRowsPerPass = 128 / kChunksPerRow;  // rows one warpgroup pass covers
+  static_assert(Traits::kWarpgroups == 1, "one warpgroup stages and stores the whole M tile");
 
   template <class AccO>
-  static __device__ __forceinline__ void store(const PrefillParams& p, AccO& acc_o,
+  static __device__ __forceinline__ void store(const PrefillParams& p, const PrefillTma& tma, AccO& acc_o,
                                                const float (&m_scaled)[2],
                                                const float (&row_sum)[2], Element* so,
                                                const RowInfo* rows, int tid) {
@@ -56,27 +58,28 @@ struct Epilogue {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const RowInfo info = rows[get<0>(tOcO(2 * half))];
-        if (info.qh < 0) continue;
+        if (info.qg < 0) continue;
         const float lse = row_sum[half] > 0.f
                               ? (m_scaled[half] + __log2f(row_sum[half])) * 0.69314718055994531f
                               : -INFINITY;
-        p.lse_partial[info.slot * plane + info.qh] = lse;
+        p.lse_partial[info.slot * plane + std::int64_t(info.qg) * p.h_q + info.h] = lse;
       }
     }
 
-    // The warpgroup's staged rows are complete once all 128 of its threads pass here.
-    const int wg = tid / 128;
-    named_barrier_sync(static_cast<int>(NamedBarrier::kEpilogueWg0) + wg, 128);
-    Element* gout = static_cast<Element*>(p.o_partial);
-    const int chunk = tid % kChunksPerRow;
+    // The staged tile is complete once all 128 threads pass here; the proxy fence makes their
+    // st.shared visible to the TMA unit's reads.
+    cutlass::arch::fence_view_async_shared();
+    named_barrier_sync(static_cast<int>(NamedBarrier::kEpilogueWg0), 128);
+    if (tid < kTileM && tid % tma.box_rows == 0) {
+      const RowInfo info = rows[tid];
+      if (info.qg >= 0) {
+        const int row = static_cast<int>(info.slot * p.total_q + info.qg);
 #pragma unroll
-    for (int i = 0; i < 64 / kWgRowsPerPass; ++i) {
-      const int r = wg * 64 + i * kWgRowsPerPass + (tid % 128) / kChunksPerRow;
-      const RowInfo info = rows[r];
-      if (info.qh < 0) continue;
-      const uint4 val = *reinterpret_cast<const uint4*>(&sO(r, chunk * kChunkElems));
-      *reinterpret_cast<uint4*>(gout + (info.slot * plane + info.qh) * kHeadDim +
-                                chunk * kChunkElems) = val;
+        for (int c = 0; c < Traits::kColHalves; ++c)
+          cute::SM90_TMA_STORE_3D::copy(&tma.o_partial, so + Traits::q_box_offset(tid, c),
+                                        c * Traits::kBoxCols, info.h, row);
+        cute::tma_store_arrive();
+      }
     }
   }
 };

@@ -3,6 +3,8 @@
 
 #include "cuda/prefill/sm90/params.h"
 
+typedef struct CUstream_st* cudaStream_t;
+
 namespace msa::cuda {
 
 // Launches grid_ctas persistent CTAs on `stream`; each loops over the work items of p.work up

@@ -1,15 +1,19 @@
 // Mainloop of the sm_90a KV-block-major sparse prefill: loads (K/V block, Q tile gather) and
 // the per-M-tile math (S = Q K^T, masked one-pass softmax, O = P V) of one work item.
 //
-// Loads use 16-byte cp.async, not TMA: a block is 128 tokens that may span 1..8 pages (page
-// size 16..128) or a flat varlen range, and tokens past k_len must land as zeros. One code path
+// K/V loads use 16-byte cp.async: a block is 128 tokens that may span 1..8 pages (page size
+// 16..128) or a flat varlen range, and tokens past k_len must land as zeros. One code path
 // (per-token address, src-size 0 for zero fill) covers every layout with no tensor map per
-// cache; Q rows are a gather, which Hopper's TMA cannot do in one box anyway.
+// cache; a block's load is amortised over all the M tiles of its item. The Q gather, one per
+// M tile, uses TMA: one box per query (its G head rows are one strided [G, d] slab), issued by
+// one thread, instead of 16-byte copies whose address math every thread repeats per row.
 #pragma once
 
 #include <cstdint>
 
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/prefill/sm90/config.h"
 #include "cuda/prefill/sm90/params.h"
@@ -134,36 +138,43 @@ struct Mainloop {
     }
   }
 
-  // Gathers M tile `tile` of the item into one Q buffer: packed row R = tile * 128 + r is
-  // (query R / G, head R % G); rows past q_count * G are zero-filled. Also records each row's
-  // RowInfo (written by the row's chunk-0 thread; read after the barrier that publishes Q).
-  static __device__ __forceinline__ void load_q_tile(const PrefillParams& p, const ItemCoords& it,
-                                                     int tile, Element* smem, RowInfo* rows,
-                                                     int tid) {
-    using namespace cute;
-    const Element* gq = static_cast<const Element*>(p.q);
-    const int chunk = tid % kChunksPerRow;
-    Tensor sQ = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutQ{});
+  // Gathers M tile `tile` of the item into one Q buffer with TMA and records each row's
+  // RowInfo. Packed row R = tile * 64 + r is (query R / G, head R % G); thread r < 64 owns row
+  // r, and the thread of a box's first row issues that box (box_rows heads of one query, both
+  // column halves). Rows past q_count * G get no data (their results are never stored: rows
+  // are independent in S, softmax and P V). Thread 0 arms `bar` with the bytes of the real
+  // rows; completion before the arm is fine (the transaction count may go negative).
+  // Before writing a box a thread waits until its own TMA store of that box from the buffer's
+  // previous use has read it (the same thread issues both, see Epilogue::store).
+  static __device__ __forceinline__ void load_q_tile(const PrefillParams& p, const PrefillTma& tma,
+                                                     const ItemCoords& it, int tile, Element* smem,
+                                                     RowInfo* rows, std::uint64_t* bar, int tid) {
+    if (tid >= kTileM) return;
+    const int r = tid;
+    const int packed = tile * kTileM + r;
+    RowInfo info{-1, 0, 0, 0};
+    if (packed < it.rows) {
+      const int qi = packed / p.group;
+      const int h = it.kv_head * p.group + (packed - qi * p.group);
+      const std::uint32_t v = static_cast<std::uint32_t>(p.qsplit[it.edge0 + qi]);
+      const int q_local = static_cast<int>(v & 0xFFFFFFu);
+      const int qg = it.q_row0 + q_local;
+      // Visible: t < tokens (below k_len) and block_start + t <= pos (causal).
+      const int causal = it.pos0 + q_local - it.block_start + 1;
+      info = RowInfo{qg, h, static_cast<int>(v >> 24), max(0, min(it.tokens, causal))};
+      if (r % tma.box_rows == 0) {
+        cute::tma_store_wait<0>();
 #pragma unroll
-    for (int i = 0; i < kTileM / kRowsPerPass; ++i) {
-      const int r = i * kRowsPerPass + tid / kChunksPerRow;
-      const int packed = tile * kTileM + r;
-      const bool valid = packed < it.rows;
-      RowInfo info{-1, 0, 0, 0};
-      std::int64_t off = chunk * kChunkElems;
-      if (valid) {
-        const int qi = packed / p.group;
-        const int h = it.kv_head * p.group + (packed - qi * p.group);
-        const std::uint32_t v = static_cast<std::uint32_t>(p.qsplit[it.edge0 + qi]);
-        const int q_local = static_cast<int>(v & 0xFFFFFFu);
-        const int qg = it.q_row0 + q_local;
-        // Visible: t < tokens (below k_len) and block_start + t <= pos (causal).
-        const int causal = it.pos0 + q_local - it.block_start + 1;
-        info = RowInfo{qg * p.h_q + h, static_cast<int>(v >> 24), max(0, min(it.tokens, causal)), 0};
-        off += std::int64_t(qg) * p.stride_q_token + std::int64_t(h) * p.stride_q_head;
+        for (int c = 0; c < Traits::kColHalves; ++c)
+          cute::SM90_TMA_LOAD_3D::copy(&tma.q, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL),
+                                       smem + Traits::q_box_offset(r, c), c * Traits::kBoxCols, h, qg);
       }
-      cp_async_16(&sQ(r, chunk * kChunkElems), gq + off, valid);
-      if (chunk == 0) rows[r] = info;
+    }
+    rows[r] = info;
+    if (tid == 0) {
+      const int real = max(0, min(kTileM, it.rows - tile * kTileM));
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(
+          bar, static_cast<std::uint32_t>(real * kHeadDim * sizeof(Element)));
     }
   }
 
@@ -212,13 +223,16 @@ struct Mainloop {
 #pragma unroll
     for (int half = 0; half < 2; ++half) key_limit[half] = rows[get<0>(tScS(2 * half))].key_limit;
 
+    // Most edges see the whole block (every block but a query's local one and a request's
+    // last): the warp skips the mask when all of its rows do.
+    if (!__all_sync(0xffffffffu, key_limit[0] == kBlockN && key_limit[1] == kBlockN)) {
+#pragma unroll
+      for (int i = 0; i < size(acc_s); ++i)
+        if (get<1>(tScS(i)) >= key_limit[(i >> 1) & 1]) acc_s(i) = -INFINITY;
+    }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < size(acc_s); ++i) {
-      const int half = (i >> 1) & 1;
-      if (get<1>(tScS(i)) >= key_limit[half]) acc_s(i) = -INFINITY;
-      mx[half] = fmaxf(mx[half], acc_s(i));
-    }
+    for (int i = 0; i < size(acc_s); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], acc_s(i));
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       mx[half] = quad_max(mx[half]);

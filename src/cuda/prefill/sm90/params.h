@@ -2,9 +2,9 @@
 // Shapes in brackets; strides in elements; "may be null" says when a pointer is optional.
 #pragma once
 
-#include <cstdint>
+#include <cuda.h>
 
-typedef struct CUstream_st* cudaStream_t;
+#include <cstdint>
 
 namespace msa::cuda {
 
@@ -48,6 +48,15 @@ struct PrefillParams {
   int group;                        // h_q / h_kv, 1..16
   int topk;
   float scale_log2;                 // softmax scale * log2(e)
+};
+
+// TMA descriptors the launch builds from PrefillParams (never filled by callers). Both see a
+// 16-bit tensor as (d, head, row) with a box of (64, box_rows, 1) and a 128-byte swizzle, so one
+// box is box_rows consecutive heads of one query: the rows of the packed M tile that query owns.
+struct PrefillTma {
+  CUtensorMap q;          // q as [total_q][h_q][d]
+  CUtensorMap o_partial;  // o_partial as [topk * total_q][h_q][d]
+  int box_rows;           // group when it divides the 64-row M tile, else 1
 };
 
 }  // namespace msa::cuda
