@@ -31,12 +31,14 @@ struct BenchCase {
   std::string name;
   bench::Selection selection;
   std::vector<bench::Request> requests;
+  PrefillPath path = PrefillPath::kBlockMajor;
 };
 
 struct BenchOptions {
   AttentionShape shape{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
   int page_size = 128;
   int q_per_item = Options{}.q_per_item;
+  PrefillPath path = PrefillPath::kBlockMajor;  // for --seq / --requests cases
   double clustered_p = 0.25;
   std::uint64_t seed = 1;
   int warmup = 5;
@@ -52,7 +54,8 @@ std::string bench_usage() {
          "\n"
          "Times the CUDA sparse prefill (plan and run separately) on generated selections.\n"
          "Without --seq/--requests it runs the default suite: random S = 8k, 32k, 128k;\n"
-         "tile-shared S = 8k, 32k; clustered S = 32k; a chunked batch of 8 requests.\n"
+         "tile-shared S = 8k, 32k; clustered S = 32k; a chunked batch of 8 requests; then the\n"
+         "tile-union path on tile-shared S = 8k, 32k, clustered S = 32k and random S = 8k.\n"
          "\n"
          "options (default in brackets):\n"
          "  --selection NAME   random|tile-shared|clustered|all for --seq/--requests [random]\n"
@@ -61,6 +64,7 @@ std::string bench_usage() {
          "  --h-q N --h-kv N --topk N   geometry [64, 4, 16]; d is 128\n"
          "  --page-size N      16, 32, 64 or 128 [128]\n"
          "  --q-per-item N     planner chunk [" + std::to_string(Options{}.q_per_item) + "]\n"
+         "  --path NAME        block-major|tile-union for --seq/--requests [block-major]\n"
          "  --seed N           [1]\n"
          "  --warmup N --reps N   graph replays [5, 20]\n";
 }
@@ -85,6 +89,12 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       o.page_size = r.page_size();
       if (o.page_size == 0) r.bad(name, "0", "the benchmark uses paged K/V");
     } else if (name == "--q-per-item") o.q_per_item = r.integer(1, 4096);
+    else if (name == "--path") {
+      const std::string v = r.value();
+      if (v == "block-major") o.path = PrefillPath::kBlockMajor;
+      else if (v == "tile-union") o.path = PrefillPath::kTileUnion;
+      else r.bad(name, v, "expected block-major or tile-union");
+    }
     else if (name == "--seed") o.seed = r.u64();
     else if (name == "--warmup") o.warmup = r.integer(0, 1000);
     else if (name == "--reps") o.reps = r.integer(1, 100000);
@@ -94,7 +104,9 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
     r.bad("--h-q", std::to_string(o.shape.h_q),
           "must be a multiple of --h-kv " + std::to_string(o.shape.h_kv) + " with group <= 16");
   for (auto& [label, requests] : batches)
-    o.cases.push_back({std::string(bench::selection_name(selection)) + " " + label, selection, requests});
+    o.cases.push_back({std::string(bench::selection_name(selection)) + " " + label +
+                           (o.path == PrefillPath::kTileUnion ? " union" : ""),
+                       selection, requests, o.path});
   return o;
 }
 
@@ -112,7 +124,11 @@ std::vector<BenchCase> default_suite() {
           {"tile-shared S=8k", bench::Selection::kTileShared, single(8192)},
           {"tile-shared S=32k", bench::Selection::kTileShared, single(32768)},
           {"clustered S=32k", bench::Selection::kClustered, single(32768)},
-          {"random chunked B=8", bench::Selection::kRandom, chunked}};
+          {"random chunked B=8", bench::Selection::kRandom, chunked},
+          {"tile-shared S=8k union", bench::Selection::kTileShared, single(8192), PrefillPath::kTileUnion},
+          {"tile-shared S=32k union", bench::Selection::kTileShared, single(32768), PrefillPath::kTileUnion},
+          {"clustered S=32k union", bench::Selection::kClustered, single(32768), PrefillPath::kTileUnion},
+          {"random S=8k union", bench::Selection::kRandom, single(8192), PrefillPath::kTileUnion}};
 }
 
 void check(cudaError_t e, const char* what) {
@@ -203,6 +219,7 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
   Options options;
   options.backend = Backend::kCuda;
   options.q_per_item = o.q_per_item;
+  options.prefill_path = c.path;
   SparsePrefill op(s, options);
   op.plan(batch, d_topk_view, max_k, nullptr);  // sizes and allocates the workspace
   check(cudaDeviceSynchronize(), "plan");

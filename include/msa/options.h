@@ -14,6 +14,20 @@ const char* backend_name(Backend b);
 // True when this build has the CUDA backend and a CUDA device is visible.
 bool cuda_available();
 
+// How the CUDA sparse prefill organises its work (both give the same results within the spec's
+// tolerances; the CPU backend ignores it).
+enum class PrefillPath : std::uint8_t {
+  // KV-block-major (spec §2): each selected block's K/V is loaded once for all queries that
+  // chose it; one partial per (query, block) edge, merged by the combine. The right choice for
+  // independent (random) selections.
+  kBlockMajor,
+  // Query-major over the union of a tile's selections: each tile of neighbouring queries loads
+  // the union of their blocks once and runs an online softmax, one result per query, no
+  // per-block partials. Wins when neighbouring queries share most of their blocks.
+  kTileUnion,
+};
+const char* prefill_path_name(PrefillPath p);
+
 struct Options {
   Backend backend = Backend::kCpu;
   // Check the top-k producer contract (ids unique, a -1-padded prefix, <= the local block,
@@ -22,6 +36,8 @@ struct Options {
   bool strict = false;
   // Planner: a work item covers at most this many of a block's queries (spec §2).
   int q_per_item = 64;
+  // CUDA sparse prefill organisation (see PrefillPath).
+  PrefillPath prefill_path = PrefillPath::kBlockMajor;
 };
 
 }  // namespace msa

@@ -22,6 +22,7 @@ const char* dtype_name(DType t) {
 
 const char* device_name(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
 const char* backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
+const char* prefill_path_name(PrefillPath p) { return p == PrefillPath::kBlockMajor ? "block-major" : "tile-union"; }
 const char* version_string() { return "0.1.0"; }
 
 float AttentionShape::softmax_scale() const {

@@ -14,6 +14,7 @@
 #include "cuda/common/check.h"
 #include "cuda/plan/k2q_device.h"
 #include "cuda/prefill/sm90/launch.h"
+#include "cuda/prefill/union_sm90/launch.h"
 #include "msa/error.h"
 
 namespace msa::cuda {
@@ -272,12 +273,27 @@ class PrefillCuda final : public SparsePrefill::Impl {
     p.group = shape.group();
     p.topk = shape.topk;
     p.scale_log2 = shape.softmax_scale() * 1.4426950408889634f;
-    launch_prefill_sm90(p, sm_count_ * prefill_sm90_ctas_per_sm(), stream);
+    if (options.prefill_path == PrefillPath::kTileUnion) {
+      // One final slot per (query, head) row; the combine applies sinks and the output dtype.
+      MSA_REQUIRE(a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
+                  "the tile-union prefill reads top-k rows with a contiguous last dim");
+      UnionParams u{};
+      u.attn = p;
+      u.topk = a.topk.ptr<const std::int32_t>();
+      u.stride_topk_head = a.topk.stride[0];
+      u.stride_topk_token = a.topk.stride[1];
+      u.batch = static_cast<int>(planned_batch_);
+      u.q_per_tile = union_sm90_queries_per_tile(shape.group());
+      u.tiles = std::int64_t(shape.h_kv) * ((planned_total_q_ + u.q_per_tile - 1) / u.q_per_tile);
+      launch_union_sm90(u, sm_count_, stream);
+    } else {
+      launch_prefill_sm90(p, sm_count_ * prefill_sm90_ctas_per_sm(), stream);
+    }
 
     CombineParams c{};
     c.o_partial = ws_.o_partial;
     c.lse_partial = ws_.lse_partial;
-    c.split_counts = ws_.k2q.split_counts;
+    c.split_counts = options.prefill_path == PrefillPath::kTileUnion ? nullptr : ws_.k2q.split_counts;
     c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
     c.out = a.out.data;
     c.stride_out_token = a.out.stride[0];

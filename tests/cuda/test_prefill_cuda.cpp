@@ -55,6 +55,7 @@ struct Case {
   WorkloadSpec spec;
   int q_per_item = 64;
   bool adversarial = false;  // sprinkle -1, duplicates and out-of-range ids into the rows
+  msa::PrefillPath path = msa::PrefillPath::kBlockMajor;
 };
 // Test names in CTest and gtest output: the case name, not the struct bytes.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -91,6 +92,14 @@ std::vector<Case> cases() {
   c.push_back({"batch300", spec_of(16, 2, 8, 32, many, Selection::kRandom, 10)});
   c.push_back({"page128_g3_random", spec_of(12, 4, 16, 128, chunked, Selection::kRandom, 12)});
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
+  // Every case again on the tile-union path (tiles that span requests: chunked, batch300).
+  const std::size_t block_major = c.size();
+  for (std::size_t i = 0; i < block_major; ++i) {
+    Case u = c[i];
+    u.name += "_union";
+    u.path = msa::PrefillPath::kTileUnion;
+    c.push_back(u);
+  }
   return c;
 }
 
@@ -151,6 +160,7 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   msa::Options o;
   o.backend = msa::Backend::kCuda;
   o.q_per_item = c.q_per_item;
+  o.prefill_path = c.path;
   msa::SparsePrefill op(s, o);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));

@@ -8,7 +8,8 @@ namespace msa::cuda {
 struct CombineParams {
   const void* o_partial;            // [topk, total_q, h_q, d] bf16, contiguous, 16-byte aligned
   const float* lse_partial;         // [topk, total_q, h_q] contiguous; natural log, -inf = empty
-  const std::int32_t* split_counts; // [total_q, h_kv] contiguous: slots 0..n-1 of a row are valid
+  const std::int32_t* split_counts; // [total_q, h_kv] contiguous: slots 0..n-1 of a row are valid;
+                                    // null: every row has exactly slot 0
   const float* sinks;               // [h_q] natural-log sink logits; may be null
   void* out;                        // [total_q, h_q, d] bf16 | fp16 (see out_fp16), last dim
                                     // contiguous, 16-byte aligned rows

@@ -20,15 +20,14 @@ struct RowInfo {
   std::int32_t key_limit;  // visible keys are tokens [0, key_limit) of the block, 0..128
 };
 
-template <class Element_, int kHeadDim_>
+// kWarpgroups_: warpgroups per CTA, each computing 64 rows of the M tile. The KV-block-major
+// kernel uses one (see kKvMajorWarpgroups); the query-major union kernel two.
+template <class Element_, int kHeadDim_, int kWarpgroups_>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = 128;        // KV tokens per block (spec: block = 128)
-  // One warpgroup of 64 rows per M tile keeps a CTA at half an SM's registers and shared
-  // memory, so two CTAs share each SM and one's loads and barriers overlap the other's math
-  // (measured on H100: 4% faster than one CTA of two warpgroups at S = 32k random top-16).
-  static constexpr int kWarpgroups = 1;
+  static constexpr int kWarpgroups = kWarpgroups_;
   static constexpr int kThreads = kWarpgroups * 128;
   static constexpr int kTileM = kWarpgroups * 64;  // packed (query, head) rows per M tile
   static constexpr int kChunkElems = 16 / sizeof(Element);       // one 16-byte cp.async
@@ -97,6 +96,10 @@ enum class NamedBarrier : int {
   kEpilogueWg0 = 1,  // + warpgroup index
 };
 
-using TraitsBf16D128 = Traits<cute::bfloat16_t, 128>;
+// One warpgroup of 64 rows per M tile keeps a KV-block-major CTA at half an SM's registers and
+// shared memory, so two CTAs share each SM and one's loads and barriers overlap the other's
+// math (measured on H100: 4% faster than one CTA of two warpgroups at S = 32k random top-16).
+constexpr int kKvMajorWarpgroups = 1;
+using TraitsBf16D128 = Traits<cute::bfloat16_t, 128, kKvMajorWarpgroups>;
 
 }  // namespace msa::cuda::prefill_sm90

@@ -118,7 +118,8 @@ struct Mainloop {
   // Issues the K (kWhich 0) or V (kWhich 1) block load: 16 threads per token row (256
   // contiguous bytes); tokens at or past k_len are zero-filled so that masked columns
   // multiply finite zeros in P V.
-  template <int kWhich>
+  // kUnroll = false keeps one token's address live at a time (for callers short of registers).
+  template <int kWhich, bool kUnroll = true>
   static __device__ __forceinline__ void load_kv(const PrefillParams& p, const ItemCoords& it,
                                                  Element* smem, int tid) {
     using namespace cute;
@@ -126,7 +127,7 @@ struct Mainloop {
     const int chunk = tid % kChunksPerRow;
     Tensor sK = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutK{});
     Tensor sV = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutV{});
-#pragma unroll
+#pragma unroll(kUnroll ? kBlockN / kRowsPerPass : 1)
     for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
       const int t = i * kRowsPerPass + tid / kChunksPerRow;
       const bool valid = t < it.tokens;
@@ -251,10 +252,11 @@ struct Mainloop {
     for (int half = 0; half < 2; ++half) row_sum[half] = quad_sum(row_sum[half]);
   }
 
-  // O = P V for this warpgroup's 64 rows; returns once the WGMMAs have completed.
+  // O = P V (or O += P V with accumulate) for this warpgroup's 64 rows; returns once the
+  // WGMMAs have completed.
   template <class FragP, class AccO>
   static __device__ __forceinline__ void gemm_pv(FragP& frag_p, const Element* sv, int tid,
-                                                 AccO& acc_o) {
+                                                 AccO& acc_o, bool accumulate = false) {
     using namespace cute;
     typename Traits::MmaPV mma;
     auto thr = mma.get_slice(tid);
@@ -264,7 +266,7 @@ struct Mainloop {
     warpgroup_fence_operand(frag_p);
     warpgroup_fence_operand(acc_o);
     warpgroup_arrive();
-    mma.accumulate_ = GMMA::ScaleOut::Zero;
+    mma.accumulate_ = accumulate ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;
 #pragma unroll
     for (int k = 0; k < size<2>(tOrV); ++k) {
       gemm(mma, frag_p(_, _, k), tOrV(_, _, k), acc_o);

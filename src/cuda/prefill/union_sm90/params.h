@@ -1,0 +1,25 @@
+// Runtime parameters of the query-major tile-union sparse prefill kernel (sm_90a).
+// Shapes in brackets; strides in elements.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/prefill/sm90/params.h"
+
+namespace msa::cuda {
+
+struct UnionParams {
+  // Queries, K/V, batch, sizes and scale as for the KV-block-major kernel; its plan fields
+  // (work, work_count, qsplit) are not read. Every (query, head) row gets its final,
+  // normalised result in slot 0 of o_partial / lse_partial, so the combine (with null
+  // split_counts: one slot per row) applies sinks and writes out / lse.
+  PrefillParams attn;
+  const std::int32_t* topk;          // [h_kv, total_q, topk], last dim contiguous
+  std::int64_t stride_topk_head;
+  std::int64_t stride_topk_token;
+  int batch;                         // B: cu_seqlens_q has B + 1 entries
+  int q_per_tile;                    // queries per M tile (their G heads packed in M)
+  std::int64_t tiles;                // h_kv * ceil(total_q / q_per_tile)
+};
+
+}  // namespace msa::cuda
