@@ -29,6 +29,8 @@ struct SharedStorage {
   std::int32_t rank[kMaxEntries];      // union index of a first entry
   std::int32_t blocks[kMaxEntries];    // the union: request-local block ids, first-seen order
   std::uint32_t members[kMaxEntries];  // per union block: bit i = tile query i selected it
+  std::int32_t row_query[Traits::kTileM];  // tile query of row r in this segment, -1 if none
+  std::int32_t row_pos[Traits::kTileM];    // that query's position
   std::int32_t union_size;
 };
 

@@ -56,7 +56,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) union_sm90_kernel(const _
     for (int begin = t.q0; begin < t.q0 + t.nq;) {
       const Segment s = make_segment(p, begin, t.q0 + t.nq);
       build_union(p, t, s, smem, scan_temp, tid);
-      const RowFacts rf = row_facts(p, t, s, tid);
       const int n = smem.union_size;
       if (n > 0) load_block(p, t, s, smem.blocks[0], smem, 0, tid);
       for (int u = 0; u < n; ++u) {
@@ -73,7 +72,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) union_sm90_kernel(const _
         Tensor acc_s = partition_fragment_C(Traits::MmaQK{}, Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{});
         Main::gemm_qk(smem.q, smem.k[buf], tid, acc_s, [] {});
         auto frag_p = Main::make_frag_p();
-        softmax_online(acc_s, frag_p, acc_o, rf, block_start, max(0, min(Traits::kBlockN, s.k_len - block_start)),
+        softmax_online(acc_s, frag_p, acc_o, smem, block_start, max(0, min(Traits::kBlockN, s.k_len - block_start)),
                        smem.members[u], p.attn.scale_log2, st, tid);
         Main::gemm_pv(frag_p, smem.v[buf], tid, acc_o, /*accumulate=*/true);
         // Both warpgroups are done with this buffer before the next iteration refills it.

@@ -84,11 +84,24 @@ __device__ __forceinline__ void load_q(const UnionParams& p, const Tile& t, Trai
   }
 }
 
+// Row facts of the segment in shared memory (published by build_union's last barrier): per M
+// row its tile query (-1: padding or another segment's) and that query's position.
+__device__ __forceinline__ void write_row_facts(const UnionParams& p, const Tile& t, const Segment& s,
+                                                SharedStorage& smem, int tid) {
+  if (tid >= Traits::kTileM) return;
+  const int i = tid / p.attn.group;
+  const int qg = t.q0 + i;
+  const bool mine = i < t.nq && qg >= s.begin && qg < s.end;
+  smem.row_query[tid] = mine ? i : -1;
+  smem.row_pos[tid] = s.pos0 + (qg - s.q_row0);
+}
+
 // The union of the segment's selections into smem.blocks[0, union_size), first-seen order
 // (query-major, slot order: deterministic), and for each union block the bit mask of the tile
 // queries that selected it. Ids outside [0, blocks) and repeats are ignored. Entry e of the
 // segment is (query e / topk, slot e % topk); thread t owns entries 2t and 2t + 1 (the block
-// scan's blocked arrangement). Ends with a barrier: the union is visible to all threads.
+// scan's blocked arrangement). Also writes the segment's row facts. Ends with a barrier: the
+// union and the row facts are visible to all threads.
 __device__ __forceinline__ void build_union(const UnionParams& p, const Tile& t, const Segment& s,
                                             SharedStorage& smem, BlockScan::TempStorage& scan_temp,
                                             int tid) {
@@ -132,6 +145,7 @@ __device__ __forceinline__ void build_union(const UnionParams& p, const Tile& t,
       smem.members[rank[j]] = 0u;
     }
   if (tid == 0) smem.union_size = total;
+  write_row_facts(p, t, s, smem, tid);
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -140,31 +154,6 @@ __device__ __forceinline__ void build_union(const UnionParams& p, const Tile& t,
       atomicOr(&smem.members[smem.rank[smem.first[e]]], 1u << (s.begin - t.q0 + e / topk));
   }
   __syncthreads();
-}
-
-// Per accumulator row half of this thread: its tile query (-1: padding or another segment's)
-// and that query's position.
-struct RowFacts {
-  int query[2];
-  int pos[2];
-};
-
-__device__ __forceinline__ RowFacts row_facts(const UnionParams& p, const Tile& t, const Segment& s, int tid) {
-  using namespace cute;
-  typename Traits::MmaQK mma;
-  auto thr = mma.get_slice(tid);
-  Tensor tScS = thr.partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{}));
-  RowFacts f;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = get<0>(tScS(2 * half));
-    const int i = r / p.attn.group;
-    const int qg = t.q0 + i;
-    const bool mine = i < t.nq && qg >= s.begin && qg < s.end;
-    f.query[half] = mine ? i : -1;
-    f.pos[half] = s.pos0 + (qg - s.q_row0);
-  }
-  return f;
 }
 
 // Online softmax state of this thread's two rows: running max (already times scale_log2;
@@ -178,7 +167,7 @@ struct SoftmaxState {
 // Masks S for union block (block_start, tokens, members), folds it into the running state,
 // rescales O and writes P (bf16) into the P V operand fragment.
 template <class AccS, class FragP, class AccO>
-__device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO& acc_o, const RowFacts& rf,
+__device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO& acc_o, const SharedStorage& smem,
                                                int block_start, int tokens, std::uint32_t members,
                                                float scale_log2, SoftmaxState& st, int tid) {
   using namespace cute;
@@ -188,8 +177,10 @@ __device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO&
   int key_limit[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const bool selected = rf.query[half] >= 0 && ((members >> rf.query[half]) & 1u);
-    key_limit[half] = selected ? max(0, min(tokens, rf.pos[half] - block_start + 1)) : 0;
+    const int r = get<0>(tScS(2 * half));
+    const int query = smem.row_query[r];
+    const bool selected = query >= 0 && ((members >> query) & 1u);
+    key_limit[half] = selected ? max(0, min(tokens, smem.row_pos[r] - block_start + 1)) : 0;
   }
   if (!__all_sync(0xffffffffu, key_limit[0] == Traits::kBlockN && key_limit[1] == Traits::kBlockN)) {
 #pragma unroll
