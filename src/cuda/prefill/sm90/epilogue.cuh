@@ -21,6 +21,28 @@
 
 namespace msa::cuda::prefill_sm90 {
 
+// Normalises this thread's O accumulator rows by `inv` (per row half) and writes them as
+// 16-bit pairs into the swizzled [kTileM, d] tile `so` (values i, i + 1 of the C layout are
+// adjacent columns of one row). Shared by the KV-block-major and tile-union epilogues.
+template <class Traits, class AccO>
+__device__ __forceinline__ void stage_normalised_o(const AccO& acc_o, const float (&inv)[2],
+                                                   typename Traits::Element* so, int tid) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  typename Traits::MmaPV mma;
+  auto thr = mma.get_slice(tid);
+  Tensor sO = make_tensor(make_smem_ptr(so), typename Traits::SmemLayoutQ{});
+  Tensor tOcO = thr.partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<Traits::kHeadDim>>{}));
+#pragma unroll
+  for (int i = 0; i < size(acc_o); i += 2) {
+    const int half = (i >> 1) & 1;
+    const Element lo = static_cast<Element>(acc_o(i) * inv[half]);
+    const Element hi = static_cast<Element>(acc_o(i + 1) * inv[half]);
+    const std::uint32_t packed = std::uint32_t(lo.raw()) | (std::uint32_t(hi.raw()) << 16);
+    *reinterpret_cast<std::uint32_t*>(&sO(get<0>(tOcO(i)), get<1>(tOcO(i)))) = packed;
+  }
+}
+
 template <class Traits>
 struct Epilogue {
   using Element = typename Traits::Element;
@@ -36,22 +58,13 @@ struct Epilogue {
     using namespace cute;
     typename Traits::MmaPV mma;
     auto thr = mma.get_slice(tid);
-    Tensor sO = make_tensor(make_smem_ptr(so), typename Traits::SmemLayoutQ{});
     Tensor tOcO = thr.partition_C(make_identity_tensor(Shape<Int<kTileM>, Int<kHeadDim>>{}));
     const std::int64_t plane = p.total_q * p.h_q;  // rows of one slot of o/lse_partial
 
-    // Normalise and stage: values i, i + 1 are adjacent columns of one row (C layout).
     float inv[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) inv[half] = row_sum[half] > 0.f ? 1.f / row_sum[half] : 0.f;
-#pragma unroll
-    for (int i = 0; i < size(acc_o); i += 2) {
-      const int half = (i >> 1) & 1;
-      const Element lo = static_cast<Element>(acc_o(i) * inv[half]);
-      const Element hi = static_cast<Element>(acc_o(i + 1) * inv[half]);
-      const std::uint32_t packed = std::uint32_t(lo.raw()) | (std::uint32_t(hi.raw()) << 16);
-      *reinterpret_cast<std::uint32_t*>(&sO(get<0>(tOcO(i)), get<1>(tOcO(i)))) = packed;
-    }
+    stage_normalised_o<Traits>(acc_o, inv, so, tid);
 
     // LSE: the quad's first lane owns its two rows; ln(sum 2^(s*scale_log2 - m)) + m*ln2.
     if (tid % 4 == 0) {

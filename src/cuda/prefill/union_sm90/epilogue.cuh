@@ -7,6 +7,7 @@
 
 #include <cute/tensor.hpp>
 
+#include "cuda/prefill/sm90/epilogue.cuh"
 #include "cuda/prefill/union_sm90/mainloop.cuh"
 
 namespace msa::cuda::union_sm90 {
@@ -30,14 +31,7 @@ __device__ __forceinline__ void store_tile(const UnionParams& p, const Tile& t, 
     l[half] = prefill_sm90::quad_sum(st.l[half]);
     inv[half] = l[half] > 0.f ? 1.f / l[half] : 0.f;
   }
-#pragma unroll
-  for (int i = 0; i < size(acc_o); i += 2) {
-    const int half = (i >> 1) & 1;
-    const Element lo = static_cast<Element>(acc_o(i) * inv[half]);
-    const Element hi = static_cast<Element>(acc_o(i + 1) * inv[half]);
-    const std::uint32_t packed = std::uint32_t(lo.raw()) | (std::uint32_t(hi.raw()) << 16);
-    *reinterpret_cast<std::uint32_t*>(&sO(get<0>(tOcO(i)), get<1>(tOcO(i)))) = packed;
-  }
+  prefill_sm90::stage_normalised_o<Traits>(acc_o, inv, so, tid);
   if (tid % 4 == 0) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
