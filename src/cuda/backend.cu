@@ -282,6 +282,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       u.topk = a.topk.ptr<const std::int32_t>();
       u.stride_topk_head = a.topk.stride[0];
       u.stride_topk_token = a.topk.stride[1];
+      u.kv_rows = a.kv.paged() ? 0 : k.dim(0);
       u.batch = static_cast<int>(planned_batch_);
       u.q_per_tile = union_sm90_queries_per_tile(shape.group());
       u.tiles = std::int64_t(shape.h_kv) * ((planned_total_q_ + u.q_per_tile - 1) / u.q_per_tile);

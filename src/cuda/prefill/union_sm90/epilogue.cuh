@@ -1,11 +1,18 @@
 // Epilogue of the sm_90a tile-union sparse prefill: every real (query, head) row of the tile
 // gets its final normalised O (bf16) and natural-log LSE in slot 0 of o_partial / lse_partial;
-// the combine (one slot per row) only applies sinks and the output dtype. O is staged through the (no longer needed) Q tile and stored as whole 256-byte rows.
+// the combine (one slot per row) only applies sinks and the output dtype.
+//
+// Each consumer warpgroup stages its 64 O rows in its own half of the tile's (consumed) Q
+// buffer and stores them with TMA, one box per query's heads and column half, issued by the
+// thread owning the box's first row. That thread waits for the store to have read shared
+// memory before the warpgroup releases the buffer to the next Q gather.
 #pragma once
 
 #include <cstdint>
 
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/prefill/sm90/epilogue.cuh"
 #include "cuda/prefill/union_sm90/mainloop.cuh"
@@ -13,26 +20,23 @@
 namespace msa::cuda::union_sm90 {
 
 template <class AccO>
-__device__ __forceinline__ void store_tile(const UnionParams& p, const Tile& t, AccO& acc_o,
-                                           const SoftmaxState& st, Traits::Element* so, int tid) {
+__device__ __forceinline__ void store_tile(const UnionParams& p, const UnionTma& tma, const Tile& t, AccO& acc_o,
+                                           const SoftmaxState& st, Element* so, int ct) {
   using namespace cute;
-  using Element = Traits::Element;
-  constexpr int kD = Traits::kHeadDim;
   typename Traits::MmaPV mma;
-  auto thr = mma.get_slice(tid);
-  Tensor sO = make_tensor(make_smem_ptr(so), Traits::SmemLayoutQ{});
-  Tensor tOcO = thr.partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<kD>>{}));
+  auto thr = mma.get_slice(ct);
+  Tensor tOcO = thr.partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<Traits::kHeadDim>>{}));
   const int group = p.attn.group;
   const int rows = t.nq * group;
 
   float l[2], inv[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    l[half] = prefill_sm90::quad_sum(st.l[half]);
+    l[half] = quad_sum(st.l[half]);
     inv[half] = l[half] > 0.f ? 1.f / l[half] : 0.f;
   }
-  prefill_sm90::stage_normalised_o<Traits>(acc_o, inv, so, tid);
-  if (tid % 4 == 0) {
+  prefill_sm90::stage_normalised_o<Traits>(acc_o, inv, so, ct);
+  if (ct % 4 == 0) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = get<0>(tOcO(2 * half));
@@ -42,18 +46,20 @@ __device__ __forceinline__ void store_tile(const UnionParams& p, const Tile& t, 
       p.attn.lse_partial[qh] = l[half] > 0.f ? (st.m[half] + __log2f(l[half])) * 0.69314718055994531f : -INFINITY;
     }
   }
-  __syncthreads();
-
-  auto* gout = static_cast<Element*>(p.attn.o_partial);
-  const int chunk = tid % Traits::kChunksPerRow;
-#pragma unroll
-  for (int i = 0; i < Traits::kTileM / Traits::kRowsPerPass; ++i) {
-    const int r = i * Traits::kRowsPerPass + tid / Traits::kChunksPerRow;
-    if (r >= rows) continue;
+  // The warpgroup's staged rows are complete once its 128 threads pass here; the proxy fence
+  // makes their st.shared visible to the TMA unit.
+  cutlass::arch::fence_view_async_shared();
+  const int wg = ct / 128;
+  named_barrier_sync(kEpilogue0 + wg, 128);
+  const int r = wg * 64 + ct % 128;
+  if (ct % 128 < 64 && r < rows && r % tma.q_box_rows == 0) {
     const int qi = r / group;
-    const std::int64_t qh = std::int64_t(t.q0 + qi) * p.attn.h_q + t.kv_head * group + (r - qi * group);
-    *reinterpret_cast<uint4*>(gout + qh * kD + chunk * Traits::kChunkElems) =
-        *reinterpret_cast<const uint4*>(&sO(r, chunk * Traits::kChunkElems));
+    const int h = t.kv_head * group + (r - qi * group);
+#pragma unroll
+    for (int c = 0; c < Traits::kColHalves; ++c)
+      cute::SM90_TMA_STORE_3D::copy(&tma.o, so + Traits::q_box_offset(r, c), c * Traits::kBoxCols, h, t.q0 + qi);
+    cute::tma_store_arrive();
+    cute::tma_store_wait<0>();  // shared memory read: the buffer may be refilled
   }
 }
 

@@ -1,90 +1,226 @@
 // The sm_90a query-major tile-union sparse prefill kernel: a persistent loop over (KV head,
-// query tile) pairs. Per tile, Q stays in shared memory; per segment (one request's part of
-// the tile) the union of its queries' selected blocks is built, and every union block's K/V
-// is loaded once (double buffered, one block ahead) for both warpgroups' 64 rows each, which
-// fold it into their online softmax. No partials per block and no plan: the tile writes one
-// final slot per row.
+// query tile) pairs, warp specialised.
 //
-// Roles: two warpgroups, all threads loading (cp.async), each warpgroup computing its 64 rows.
+// Producer warpgroup (40 registers):
+//   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
+//     tile's list / Q buffer (double buffered: tile i + 1 is built while tile i computes);
+//   - the loader (warp 0) streams every union block's K and V with TMA into 2-stage rings.
+//     A block that ends past k_len has its V rows there zeroed by the loader before it is
+//     published (P is 0 there, but 0 * NaN from stale cache memory is not).
+// Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
+// S(u) = Q K(u)^T together with O += P(u-1) V(u-1), then mask and fold S(u) into the online
+// softmax. A named-barrier turn makes the two warpgroups alternate their WGMMA issue, so one's
+// softmax runs while the other's GEMMs occupy the tensor cores.
+//
+// Synchronisation (mbarriers, phase = use count / buffers & 1):
+//   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer arrivals)
+//   q_full[2]    (TMA bytes)             q_empty[2]    (256, after the O stores read it)
+//   k_full[2], v_full[2] (TMA bytes)     k_empty[2], v_empty[2] (256, after the WGMMA read)
+//   v_tail (loader only: the V load of a block it zero-fills)
 #pragma once
 
 #include <cstdint>
 
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
 
 #include "cuda/prefill/union_sm90/epilogue.cuh"
 #include "cuda/prefill/union_sm90/mainloop.cuh"
 
 namespace msa::cuda::union_sm90 {
 
-__device__ __forceinline__ void load_block(const UnionParams& p, const Tile& t, const Segment& s, int block,
-                                           SharedStorage& smem, int buf, int tid) {
-  prefill_sm90::ItemCoords it{};
-  it.kv_head = t.kv_head;
-  it.b = s.b;
-  it.block_start = block * Traits::kBlockN;
-  it.tokens = max(0, min(Traits::kBlockN, s.k_len - it.block_start));
-  Main::load_kv<0, false>(p.attn, it, smem.k[buf], tid);
-  Main::load_kv<1, false>(p.attn, it, smem.v[buf], tid);
-  prefill_sm90::cp_async_commit();
+// threadIdx.x, opaque to the compiler: values derived from it are recomputed where used
+// instead of being hoisted out of the persistent loop and kept live (or spilled) across it.
+__device__ __forceinline__ int opaque_tid() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  return tid;
 }
 
-__global__ void __launch_bounds__(Traits::kThreads, 1) union_sm90_kernel(const __grid_constant__ UnionParams p) {
+// Parity of the phase a 2-deep ring or buffer pair is in at its use-th use (counts wrap).
+__device__ __forceinline__ std::uint32_t phase_of(std::uint32_t use) { return (use >> 1) & 1u; }
+
+__device__ __forceinline__ void run_builders(const UnionParams& p, const UnionTma& tma, SharedStorage& smem) {
+  int iter = 0;
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++iter) {
+    const int buf = iter & 1;
+    const Tile t = make_tile(p, tile);
+    Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
+    const int bt = opaque_tid() - 32;
+    build_list(p, t, smem, smem.list[buf], bt);
+    Barrier64::wait(&smem.q_empty[buf], phase_of(iter) ^ 1u);
+    load_q(p, tma, t, smem.q[buf], &smem.q_full[buf], bt);
+    Barrier64::arrive(&smem.list_full[buf]);
+  }
+}
+
+__device__ __forceinline__ void run_loader(const UnionParams& p, const UnionTma& tma, SharedStorage& smem) {
+  int iter = 0;
+  std::uint32_t use = 0;
+  std::uint32_t tail_phase = 0;
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++iter) {
+    const int buf = iter & 1;
+    const Tile t = make_tile(p, tile);
+    Barrier64::wait(&smem.list_full[buf], phase_of(iter));
+    const UnionList& list = smem.list[buf];
+    const int n = list.size;
+    for (int u = 0; u < n; ++u, ++use) {
+      const int lane = opaque_tid();
+      const int key = list.block[u];
+      const int seg = key >> 24;
+      const int b = list.seg_b[seg];
+      const int k_len = list.seg_klen[seg];
+      const int block_start = (key & 0xFFFFFF) * Traits::kBlockN;
+      const int tokens = min(Traits::kBlockN, k_len - block_start);
+      const int s = static_cast<int>(use & 1u);
+      Barrier64::wait(&smem.k_empty[s], phase_of(use) ^ 1u);
+      if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.k_full[s], kBlockBytes);
+      __syncwarp();
+      load_block(p, &tma.k, tma.kv_box_rows, t.kv_head, b, block_start, k_len, smem.k[s], &smem.k_full[s], lane);
+      Barrier64::wait(&smem.v_empty[s], phase_of(use) ^ 1u);
+      if (tokens == Traits::kBlockN) {
+        if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_full[s], kBlockBytes);
+        __syncwarp();
+        load_block(p, &tma.v, tma.kv_box_rows, t.kv_head, b, block_start, k_len, smem.v[s], &smem.v_full[s], lane);
+      } else {
+        if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_tail, kBlockBytes);
+        __syncwarp();
+        load_block(p, &tma.v, tma.kv_box_rows, t.kv_head, b, block_start, k_len, smem.v[s], &smem.v_tail, lane);
+        Barrier64::wait(&smem.v_tail, tail_phase);
+        tail_phase ^= 1u;
+        zero_tail(smem.v[s], tokens, lane);
+        __syncwarp();
+        if (lane == 0) Barrier64::arrive(&smem.v_full[s]);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void run_consumers(const UnionParams& p, const UnionTma& tma, SharedStorage& smem, int ct) {
   using namespace cute;
-  extern __shared__ std::uint8_t smem_raw[];
-  auto& smem = *reinterpret_cast<SharedStorage*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                                 ~std::uintptr_t(1023));
-  __shared__ BlockScan::TempStorage scan_temp;
-  const int tid = threadIdx.x;
-  const std::int64_t tiles_per_head = p.tiles / p.attn.h_kv;
+  const int wg = ct / 128;
+  const int group = p.attn.group;
+  auto turn_sync = [&] { named_barrier_sync(kTurn0 + wg, kConsumerThreads); };
+  auto turn_pass = [&] { named_barrier_arrive(kTurn0 + (wg ^ 1), kConsumerThreads); };
+  if (wg == 1) turn_pass();  // warpgroup 0 issues first
 
-  // PDL: top-k ids and the batch may come from the previous kernel in the stream.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  typename Traits::MmaQK mma_qk;
+  Tensor tScS = mma_qk.get_slice(ct).partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{}));
+  int row[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) row[half] = get<0>(tScS(2 * half));
 
-  for (std::int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-    Tile t;
-    t.kv_head = static_cast<int>(tile / tiles_per_head);
-    t.q0 = static_cast<int>((tile - t.kv_head * tiles_per_head) * p.q_per_tile);
-    t.nq = static_cast<int>(min(std::int64_t(p.q_per_tile), p.attn.total_q - t.q0));
-    load_q(p, t, smem.q, tid);
-    prefill_sm90::cp_async_commit();
+  int iter = 0;
+  std::uint32_t use = 0;
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++iter) {
+    const int buf = iter & 1;
+    const Tile t = make_tile(p, tile);
+    Barrier64::wait(&smem.list_full[buf], phase_of(iter));
+    const UnionList& list = smem.list[buf];
+    const int n = list.size;
+    // This thread's rows: tile query (31 for padding: no membership bit) and its position.
+    int row_query[2], row_pos[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int qi = row[half] / group;
+      row_query[half] = qi < t.nq ? qi : 31;
+      row_pos[half] = qi < t.nq ? list.q_pos[qi] : 0;
+    }
+    auto key_limits = [&](int u, int (&limit)[2]) {
+      const int key = list.block[u];
+      const int block_start = (key & 0xFFFFFF) * Traits::kBlockN;
+      const int tokens = min(Traits::kBlockN, list.seg_klen[key >> 24] - block_start);
+      const std::uint32_t members = list.members[u];
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        limit[half] = (members >> row_query[half]) & 1u ? max(0, min(tokens, row_pos[half] - block_start + 1)) : 0;
+    };
 
     Tensor acc_o = partition_fragment_C(Traits::MmaPV{}, Shape<Int<Traits::kTileM>, Int<Traits::kHeadDim>>{});
     clear(acc_o);
     SoftmaxState st{{-INFINITY, -INFINITY}, {0.f, 0.f}};
+    Barrier64::wait(&smem.q_full[buf], phase_of(iter));
+    const Element* sq = smem.q[buf];
 
-    for (int begin = t.q0; begin < t.q0 + t.nq;) {
-      const Segment s = make_segment(p, begin, t.q0 + t.nq);
-      build_union(p, t, s, smem, scan_temp, tid);
-      const int n = smem.union_size;
-      if (n > 0) load_block(p, t, s, smem.blocks[0], smem, 0, tid);
-      for (int u = 0; u < n; ++u) {
-        const int buf = u & 1;
-        if (u + 1 < n) {
-          load_block(p, t, s, smem.blocks[u + 1], smem, buf ^ 1, tid);
-          prefill_sm90::cp_async_wait<1>();
-        } else {
-          prefill_sm90::cp_async_wait<0>();
+    if (n > 0) {
+      Tensor acc_s = partition_fragment_C(Traits::MmaQK{}, Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{});
+      auto frag_p = prefill_sm90::Mainloop<Traits>::make_frag_p();
+      // Phase u: S(u) (u < n) and P(u-1) V(u-1) (u > 0) in one WGMMA batch, then the softmax
+      // of S(u). The three shapes are separate straight-line code (no WGMMA under a branch).
+      auto phase = [&](auto with_qk, auto with_pv, int u) {
+        constexpr bool kQk = decltype(with_qk)::value;
+        constexpr bool kPv = decltype(with_pv)::value;
+        const int s = static_cast<int>((use + u) & 1u);
+        const int sp = s ^ 1;  // stage of block u - 1
+        if constexpr (kQk) Barrier64::wait(&smem.k_full[s], phase_of(use + u));
+        if constexpr (kPv) Barrier64::wait(&smem.v_full[sp], phase_of(use + u - 1));
+        turn_sync();
+        warpgroup_fence_operand(acc_s);
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(frag_p);
+        warpgroup_arrive();
+        if constexpr (kQk) issue_qk(sq, smem.k[s], ct, acc_s);
+        if constexpr (kPv) issue_pv(frag_p, smem.v[sp], ct, acc_o);
+        warpgroup_commit_batch();
+        turn_pass();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_s);
+        warpgroup_fence_operand(acc_o);
+        if constexpr (kQk) {
+          Barrier64::arrive(&smem.k_empty[s]);
+          int limit[2];
+          key_limits(u, limit);
+          softmax_online(acc_s, frag_p, acc_o, limit, p.attn.scale_log2, st, ct);
         }
-        prefill_sm90::fence_proxy_async_shared();
-        __syncthreads();
-        const int block_start = smem.blocks[u] * Traits::kBlockN;
-        Tensor acc_s = partition_fragment_C(Traits::MmaQK{}, Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{});
-        Main::gemm_qk(smem.q, smem.k[buf], tid, acc_s, [] {});
-        auto frag_p = Main::make_frag_p();
-        softmax_online(acc_s, frag_p, acc_o, smem, block_start, max(0, min(Traits::kBlockN, s.k_len - block_start)),
-                       smem.members[u], p.attn.scale_log2, st, tid);
-        Main::gemm_pv(frag_p, smem.v[buf], tid, acc_o, /*accumulate=*/true);
-        // Both warpgroups are done with this buffer before the next iteration refills it.
-        __syncthreads();
-      }
-      begin = s.end;
+        if constexpr (kPv) Barrier64::arrive(&smem.v_empty[sp]);
+      };
+      phase(cute::true_type{}, cute::false_type{}, 0);
+      for (int u = 1; u < n; ++u) phase(cute::true_type{}, cute::true_type{}, u);
+      phase(cute::false_type{}, cute::true_type{}, n);
     }
-    // A tile without blocks never waited for its Q gather; the epilogue overwrites that buffer.
-    prefill_sm90::cp_async_wait<0>();
-    __syncthreads();
-    store_tile(p, t, acc_o, st, smem.q, tid);
-    __syncthreads();  // the stores have read the staged O before the next tile's Q lands there
+    use += n;
+    Barrier64::arrive(&smem.list_empty[buf]);
+    store_tile(p, tma, t, acc_o, st, smem.q[buf], opaque_tid() - 128);
+    Barrier64::arrive(&smem.q_empty[buf]);
+  }
+  if (wg == 0) turn_sync();  // the turn warpgroup 1 passed at the start
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // O stores complete
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    union_sm90_kernel(const __grid_constant__ UnionParams p, const __grid_constant__ UnionTma tma) {
+  extern __shared__ std::uint8_t smem_raw[];
+  auto& smem = *reinterpret_cast<SharedStorage*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                                 ~std::uintptr_t(1023));
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      Barrier64::init(&smem.k_full[i], 1);
+      Barrier64::init(&smem.v_full[i], 1);
+      Barrier64::init(&smem.k_empty[i], kConsumerThreads);
+      Barrier64::init(&smem.v_empty[i], kConsumerThreads);
+    }
+    for (int i = 0; i < 2; ++i) {
+      Barrier64::init(&smem.q_full[i], 1);
+      Barrier64::init(&smem.q_empty[i], kConsumerThreads);
+      Barrier64::init(&smem.list_full[i], kBuilderThreads);
+      Barrier64::init(&smem.list_empty[i], kConsumerThreads);
+    }
+    Barrier64::init(&smem.v_tail, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  // PDL: top-k ids and the batch may come from the previous kernel in the stream.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+
+  if (tid < 128) {
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    if (tid < 32) run_loader(p, tma, smem);
+    else run_builders(p, tma, smem);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+    run_consumers(p, tma, smem, tid - 128);
   }
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }

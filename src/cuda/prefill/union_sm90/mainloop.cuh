@@ -1,17 +1,22 @@
-// Mainloop pieces of the sm_90a query-major tile-union sparse prefill: the Q tile gather, the
-// union of a segment's selections, and the online softmax over one union block.
+// Mainloop roles of the sm_90a query-major tile-union sparse prefill.
 //
 // A tile is q_per_tile consecutive queries of one KV head, their G heads packed into the
-// 128-row M tile (row r = query r / G, head r % G). A tile may span requests; it is processed
-// as segments of one request each, and a row takes part only in its own segment's blocks.
-// Within a segment every union block is loaded once for all 128 rows; a row's membership
-// bit (its query selected the block) and the causal / k_len limit give its visible keys.
+// 128-row M tile (row r = query r / G, head r % G). Its union is the set of (request, block)
+// pairs its queries selected, deduplicated in first-seen order (query-major, slot order: the
+// result is deterministic); every union block's K/V is loaded once for all 128 rows, and a
+// row sees a block's keys only if its query selected it (a membership bit per query) and
+// the causal / k_len limit allows. A tile may span requests: each request is a segment, and a
+// query's entries name its own segment, so rows of other segments see nothing of them.
+//
+// Roles (see kernel.cuh): builders (3 warps) build the union list and gather Q, the loader
+// (1 warp) streams K/V with TMA, two consumer warpgroups compute.
 #pragma once
 
 #include <cstdint>
 
-#include <cub/block/block_scan.cuh>
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/prefill/sm90/mainloop.cuh"
 #include "cuda/prefill/union_sm90/config.h"
@@ -19,142 +24,183 @@
 
 namespace msa::cuda::union_sm90 {
 
-using prefill_sm90::cp_async_16;
 using prefill_sm90::fast_exp2;
+using prefill_sm90::named_barrier_sync;
 using prefill_sm90::quad_max;
-using Main = prefill_sm90::Mainloop<Traits>;
-using BlockScan = cub::BlockScan<int, Traits::kThreads>;
+using prefill_sm90::quad_sum;
+using Barrier64 = cutlass::arch::ClusterTransactionBarrier;
+using Element = Traits::Element;
 
-// Queries [q0, q0 + nq) of one KV head.
+constexpr std::uint32_t kBlockBytes = Traits::kBlockN * Traits::kHeadDim * sizeof(Element);  // one K or V block
+
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Queries [q0, q0 + nq) of one KV head: the tile-th (KV head, query tile) pair.
 struct Tile {
   int kv_head;
   int q0;
   int nq;
 };
 
-// One request's part of a tile: queries [begin, end) of request b.
-struct Segment {
-  int b;
-  int begin;
-  int end;
-  int k_len;
-  int pos0;    // position of the request's query 0 (k_len - q_len)
-  int q_row0;  // cu_seqlens_q[b]
-  int blocks;  // ceil(k_len / 128): ids outside [0, blocks) are ignored
-};
+__device__ __forceinline__ Tile make_tile(const UnionParams& p, int tile) {
+  const int per_head = static_cast<int>(p.tiles / p.attn.h_kv);
+  Tile t;
+  t.kv_head = static_cast<int>(tile / per_head);
+  t.q0 = static_cast<int>((tile - t.kv_head * per_head) * p.q_per_tile);
+  t.nq = static_cast<int>(min(std::int64_t(p.q_per_tile), p.attn.total_q - t.q0));
+  return t;
+}
 
-__device__ __forceinline__ Segment make_segment(const UnionParams& p, int begin, int tile_end) {
+// ---- builders: the union list and the Q gather -------------------------------------------
+
+// Builds tile t's union into `list` (96 builder threads, bt = 0..95); each builder's mbarrier
+// arrival afterwards publishes its writes to the loader and the consumers.
+__device__ __forceinline__ void build_list(const UnionParams& p, const Tile& t, SharedStorage& smem,
+                                           UnionList& list, int bt) {
   const std::int32_t* cu = p.attn.cu_seqlens_q;
-  int lo = 0, hi = p.batch - 1;  // the last request whose first query is <= begin
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (cu[mid] <= begin) lo = mid;
-    else hi = mid - 1;
-  }
-  Segment s;
-  s.b = lo;
-  s.begin = begin;
-  s.end = min(tile_end, cu[lo + 1]);
-  s.k_len = max(p.attn.k_len[lo], 0);
-  s.q_row0 = cu[lo];
-  s.pos0 = s.k_len - (cu[lo + 1] - cu[lo]);
-  s.blocks = (s.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
-  return s;
-}
-
-// Gathers the tile's Q rows with 16-byte cp.async (the caller commits); padding rows are zero.
-__device__ __forceinline__ void load_q(const UnionParams& p, const Tile& t, Traits::Element* sq, int tid) {
-  using namespace cute;
-  constexpr int kChunks = Traits::kChunksPerRow;
-  const auto* gq = static_cast<const Traits::Element*>(p.attn.q);
-  Tensor sQ = make_tensor(make_smem_ptr(sq), Traits::SmemLayoutQ{});
-  const int rows = t.nq * p.attn.group;
-  const int chunk = tid % kChunks;
-#pragma unroll
-  for (int i = 0; i < Traits::kTileM / Traits::kRowsPerPass; ++i) {
-    const int r = i * Traits::kRowsPerPass + tid / kChunks;
-    const bool valid = r < rows;
-    std::int64_t off = chunk * Traits::kChunkElems;
-    if (valid) {
-      const int qi = r / p.attn.group;
-      const int h = t.kv_head * p.attn.group + (r - qi * p.attn.group);
-      off += std::int64_t(t.q0 + qi) * p.attn.stride_q_token + std::int64_t(h) * p.attn.stride_q_head;
-    }
-    cp_async_16(&sQ(r, chunk * Traits::kChunkElems), gq + off, valid);
-  }
-}
-
-// Row facts of the segment in shared memory (published by build_union's last barrier): per M
-// row its tile query (-1: padding or another segment's) and that query's position.
-__device__ __forceinline__ void write_row_facts(const UnionParams& p, const Tile& t, const Segment& s,
-                                                SharedStorage& smem, int tid) {
-  if (tid >= Traits::kTileM) return;
-  const int i = tid / p.attn.group;
-  const int qg = t.q0 + i;
-  const bool mine = i < t.nq && qg >= s.begin && qg < s.end;
-  smem.row_query[tid] = mine ? i : -1;
-  smem.row_pos[tid] = s.pos0 + (qg - s.q_row0);
-}
-
-// The union of the segment's selections into smem.blocks[0, union_size), first-seen order
-// (query-major, slot order: deterministic), and for each union block the bit mask of the tile
-// queries that selected it. Ids outside [0, blocks) and repeats are ignored. Entry e of the
-// segment is (query e / topk, slot e % topk); thread t owns entries 2t and 2t + 1 (the block
-// scan's blocked arrangement). Also writes the segment's row facts. Ends with a barrier: the
-// union and the row facts are visible to all threads.
-__device__ __forceinline__ void build_union(const UnionParams& p, const Tile& t, const Segment& s,
-                                            SharedStorage& smem, BlockScan::TempStorage& scan_temp,
-                                            int tid) {
   const int topk = p.attn.topk;
-  const int n = (s.end - s.begin) * topk;
-  const std::int32_t* g_ids = p.topk + std::int64_t(t.kv_head) * p.stride_topk_head;
-  int e2[2] = {2 * tid, 2 * tid + 1};
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int e = e2[j];
-    if (e >= kMaxEntries) continue;
-    int id = -1;
-    if (e < n) {
-      id = g_ids[std::int64_t(s.begin + e / topk) * p.stride_topk_token + e % topk];
-      if (id < 0 || id >= s.blocks) id = -1;
+  const int n = t.nq * topk;
+  // 1. Each query's request (the last one starting at or before it) and position.
+  if (bt < t.nq) {
+    const int qg = t.q0 + bt;
+    int lo = 0, hi = p.batch - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (cu[mid] <= qg) lo = mid;
+      else hi = mid - 1;
     }
-    smem.ids[e] = id;
+    const int k_len = max(p.attn.k_len[lo], 0);
+    smem.rank[bt] = lo;  // scratch until step 3
+    list.q_pos[bt] = k_len - (cu[lo + 1] - cu[lo]) + (qg - cu[lo]);
   }
-  __syncthreads();
-  int is_first[2], rank[2];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int e = e2[j];
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 2. Segments: a new one starts wherever the request changes.
+  if (bt < t.nq) {
+    int seg = 0;
+    for (int j = 1; j <= bt; ++j) seg += smem.rank[j] != smem.rank[j - 1];
+    smem.q_seg[bt] = seg;
+    if (bt == 0 || smem.rank[bt] != smem.rank[bt - 1]) {
+      list.seg_b[seg] = smem.rank[bt];
+      list.seg_klen[seg] = max(p.attn.k_len[smem.rank[bt]], 0);
+    }
+  }
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 3. Entry keys; ids outside [0, ceil(k_len / 128)) are ignored.
+  const std::int32_t* ids = p.topk + std::int64_t(t.kv_head) * p.stride_topk_head;
+  for (int e = bt; e < n; e += kBuilderThreads) {
+    const int i = e / topk;
+    const int seg = smem.q_seg[i];
+    const int blocks = (list.seg_klen[seg] + Traits::kBlockN - 1) / Traits::kBlockN;
+    const int id = ids[std::int64_t(t.q0 + i) * p.stride_topk_token + (e - i * topk)];
+    smem.key[e] = id >= 0 && id < blocks ? (seg << 24) | id : -1;
+  }
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 4. Each entry's first occurrence.
+  for (int e = bt; e < n; e += kBuilderThreads) {
+    const int key = smem.key[e];
     int f = -1;
-    if (e < n && smem.ids[e] >= 0) {
-      const int id = smem.ids[e];
+    if (key >= 0) {
       f = e;
-      for (int k = 0; k < e; ++k)
-        if (smem.ids[k] == id) { f = k; break; }
+      for (int j = 0; j < e; ++j)
+        if (smem.key[j] == key) {
+          f = j;
+          break;
+        }
     }
-    if (e < kMaxEntries) smem.first[e] = f;
-    is_first[j] = f >= 0 && f == e;
+    smem.first[e] = f;
   }
-  int total = 0;
-  BlockScan(scan_temp).ExclusiveSum(is_first, rank, total);
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-    if (is_first[j]) {
-      smem.rank[e2[j]] = rank[j];
-      smem.blocks[rank[j]] = smem.ids[e2[j]];
-      smem.members[rank[j]] = 0u;
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 5. Ranks of the first occurrences, in entry order (one warp, 32 entries per ballot).
+  if (bt < 32) {
+    int base = 0;
+    for (int c = 0; c < n; c += 32) {
+      const int e = c + bt;
+      const bool is_first = e < n && smem.first[e] == e;
+      const unsigned ballot = __ballot_sync(0xffffffffu, is_first);
+      if (is_first) {
+        const int r = base + __popc(ballot & ((1u << bt) - 1u));
+        smem.rank[e] = r;
+        list.block[r] = smem.key[e];
+        list.members[r] = 0u;
+      }
+      base += __popc(ballot);
     }
-  if (tid == 0) smem.union_size = total;
-  write_row_facts(p, t, s, smem, tid);
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int e = e2[j];
-    if (e < n && smem.first[e] >= 0)
-      atomicOr(&smem.members[smem.rank[smem.first[e]]], 1u << (s.begin - t.q0 + e / topk));
+    if (bt == 0) list.size = base;
   }
-  __syncthreads();
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 6. Membership: query i selected union entry rank[first[e]].
+  for (int e = bt; e < n; e += kBuilderThreads) {
+    const int f = smem.first[e];
+    if (f >= 0) atomicOr(&list.members[smem.rank[f]], 1u << (e / topk));
+  }
+  // The scratch arrays are free for the next tile once every builder is done reading them.
+  named_barrier_sync(kBuilders, kBuilderThreads);
 }
+
+// Gathers tile t's Q rows into `sq` with TMA (one box per query's heads and column half);
+// padding rows get no data (their results are never stored). Builder 0 arms `bar`.
+__device__ __forceinline__ void load_q(const UnionParams& p, const UnionTma& tma, const Tile& t, Element* sq,
+                                       std::uint64_t* bar, int bt) {
+  const int group = p.attn.group;
+  const int rows = t.nq * group;
+  if (bt == 0) Barrier64::arrive_and_expect_tx(bar, static_cast<std::uint32_t>(rows * Traits::kHeadDim * sizeof(Element)));
+  for (int r = bt; r < rows; r += kBuilderThreads) {
+    if (r % tma.q_box_rows != 0) continue;
+    const int qi = r / group;
+    const int h = t.kv_head * group + (r - qi * group);
+#pragma unroll
+    for (int c = 0; c < Traits::kColHalves; ++c)
+      cute::SM90_TMA_LOAD_3D::copy(&tma.q, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                   sq + Traits::q_box_offset(r, c), c * Traits::kBoxCols, h, t.q0 + qi);
+  }
+}
+
+// ---- loader: K/V blocks with TMA ----------------------------------------------------------
+
+// Issues the TMA boxes of one K or V block (tokens [block_start, block_start + 128) of request
+// b) into `dst`, completing on `bar`: lane j issues page j (paged) or lane 0 the whole block
+// (flat). Pages wholly past k_len are addressed out of bounds, which TMA fills with zeros
+// without reading. The caller armed `bar` with kBlockBytes.
+__device__ __forceinline__ void load_block(const UnionParams& p, const CUtensorMap* map, int box_rows, int kv_head,
+                                           int b, int block_start, int k_len, Element* dst, std::uint64_t* bar,
+                                           int lane) {
+  const int pages = Traits::kBlockN / box_rows;
+  if (lane >= pages) return;
+  const int t0 = lane * box_rows;
+  int token, page;
+  if (p.attn.page_table != nullptr) {
+    const int logical = block_start + t0;
+    token = 0;
+    page = logical < k_len ? p.attn.page_table[std::int64_t(b) * p.attn.stride_page_table + logical / box_rows]
+                           : static_cast<int>(min(p.attn.num_pages, std::int64_t(INT32_MAX)));
+  } else {
+    token = p.attn.cu_seqlens_k[b] + block_start;
+    page = 0;
+  }
+#pragma unroll
+  for (int c = 0; c < Traits::kColHalves; ++c)
+    cute::SM90_TMA_LOAD_4D::copy(map, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                 dst + Traits::kv_box_offset(t0, c), c * Traits::kBoxCols, token, kv_head, page);
+}
+
+// Zeroes token rows [tokens, 128) of a K-layout block (whole 128-byte rows, so the swizzle
+// does not matter) and makes the writes visible to the async proxy. One warp.
+__device__ __forceinline__ void zero_tail(Element* dst, int tokens, int lane) {
+  constexpr int kChunks = 128 / 16;  // 16-byte chunks per 128-byte row
+  const int count = (Traits::kBlockN - tokens) * Traits::kColHalves * kChunks;
+  for (int i = lane; i < count; i += 32) {
+    const int row = tokens + i / (Traits::kColHalves * kChunks);
+    const int c = (i / kChunks) % Traits::kColHalves;
+    const int chunk = i % kChunks;
+    *reinterpret_cast<uint4*>(dst + Traits::kv_box_offset(row, c) + chunk * (16 / sizeof(Element))) =
+        make_uint4(0u, 0u, 0u, 0u);
+  }
+  cutlass::arch::fence_view_async_shared();
+}
+
+// ---- consumers: the math of one union block -----------------------------------------------
 
 // Online softmax state of this thread's two rows: running max (already times scale_log2;
 // -inf before any visible key) and this thread's part of the running sum (the quad's four
@@ -164,28 +210,53 @@ struct SoftmaxState {
   float l[2];
 };
 
-// Masks S for union block (block_start, tokens, members), folds it into the running state,
-// rescales O and writes P (bf16) into the P V operand fragment.
-template <class AccS, class FragP, class AccO>
-__device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO& acc_o, const SharedStorage& smem,
-                                               int block_start, int tokens, std::uint32_t members,
-                                               float scale_log2, SoftmaxState& st, int tid) {
+// Issues S = Q K^T for this warpgroup's 64 rows (no fence, arrive or commit).
+template <class AccS>
+__device__ __forceinline__ void issue_qk(const Element* sq, const Element* sk, int ct, AccS& acc_s) {
   using namespace cute;
   typename Traits::MmaQK mma;
-  auto thr = mma.get_slice(tid);
-  Tensor tScS = thr.partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{}));
-  int key_limit[2];
+  auto thr = mma.get_slice(ct);
+  Tensor sQ = make_tensor(make_smem_ptr(sq), Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(sk), Traits::SmemLayoutK{});
+  Tensor tSrQ = thr.partition_fragment_A(sQ);
+  Tensor tSrK = thr.partition_fragment_B(sK);
+  mma.accumulate_ = GMMA::ScaleOut::Zero;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = get<0>(tScS(2 * half));
-    const int query = smem.row_query[r];
-    const bool selected = query >= 0 && ((members >> query) & 1u);
-    key_limit[half] = selected ? max(0, min(tokens, smem.row_pos[r] - block_start + 1)) : 0;
+  for (int k = 0; k < size<2>(tSrQ); ++k) {
+    gemm(mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
+    mma.accumulate_ = GMMA::ScaleOut::One;
   }
+}
+
+// Issues O += P V for this warpgroup's 64 rows (no fence, arrive or commit).
+template <class FragP, class AccO>
+__device__ __forceinline__ void issue_pv(FragP& frag_p, const Element* sv, int ct, AccO& acc_o) {
+  using namespace cute;
+  typename Traits::MmaPV mma;
+  auto thr = mma.get_slice(ct);
+  Tensor sV = make_tensor(make_smem_ptr(sv), Traits::SmemLayoutV{});
+  Tensor tOrV = thr.partition_fragment_B(sV);
+  static_assert(decltype(size<2>(tOrV))::value == decltype(size<2>(frag_p))::value);
+  mma.accumulate_ = GMMA::ScaleOut::One;
+#pragma unroll
+  for (int k = 0; k < size<2>(tOrV); ++k) gemm(mma, frag_p(_, _, k), tOrV(_, _, k), acc_o);
+}
+
+// Masks S to each row's visible keys (key_limit per row half: keys [0, limit) of the block),
+// folds it into the running state, rescales O and writes P (bf16) into the P V operand.
+template <class AccS, class FragP, class AccO>
+__device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO& acc_o, const int (&key_limit)[2],
+                                               float scale_log2, SoftmaxState& st, int ct) {
+  using namespace cute;
   if (!__all_sync(0xffffffffu, key_limit[0] == Traits::kBlockN && key_limit[1] == Traits::kBlockN)) {
+    // Value i of the m64nNk16 accumulator is column 8 * (i / 4) + (i & 1) + 2 * (lane % 4):
+    // compare the constant part with the limit less the lane's part, so that no per-value
+    // column is kept in a register.
+    const int lane_col = 2 * (ct % 4);
+    const int lim[2] = {key_limit[0] - lane_col, key_limit[1] - lane_col};
 #pragma unroll
     for (int i = 0; i < size(acc_s); ++i)
-      if (get<1>(tScS(i)) >= key_limit[(i >> 1) & 1]) acc_s(i) = -INFINITY;
+      if (8 * (i >> 2) + (i & 1) >= lim[(i >> 1) & 1]) acc_s(i) = -INFINITY;
   }
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -200,7 +271,6 @@ __device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO&
     st.m[half] = m_new;
     sum[half] = 0.f;
   }
-  // Rescale O first: P then takes S's registers as S is consumed.
 #pragma unroll
   for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= alpha[(i >> 1) & 1];
 #pragma unroll
@@ -208,7 +278,7 @@ __device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO&
     const int half = (i >> 1) & 1;
     const float e = fast_exp2(fmaf(acc_s(i), scale_log2, -m_use[half]));
     sum[half] += e;
-    frag_p(i) = static_cast<Traits::Element>(e);
+    frag_p(i) = static_cast<Element>(e);
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) st.l[half] = st.l[half] * alpha[half] + sum[half];
