@@ -31,14 +31,14 @@ struct BenchCase {
   std::string name;
   bench::Selection selection;
   std::vector<bench::Request> requests;
-  PrefillPath path = PrefillPath::kBlockMajor;
+  PrefillPath path = PrefillPath::kAuto;
 };
 
 struct BenchOptions {
   AttentionShape shape{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
   int page_size = 128;
   int q_per_item = Options{}.q_per_item;
-  PrefillPath path = PrefillPath::kBlockMajor;  // for --seq / --requests cases
+  PrefillPath path = PrefillPath::kAuto;  // for --seq / --requests cases
   double clustered_p = 0.25;
   std::uint64_t seed = 1;
   int warmup = 5;
@@ -54,8 +54,9 @@ std::string bench_usage() {
          "\n"
          "Times the CUDA sparse prefill (plan and run separately) on generated selections.\n"
          "Without --seq/--requests it runs the default suite: random S = 8k, 32k, 128k;\n"
-         "tile-shared S = 8k, 32k; clustered S = 32k; a chunked batch of 8 requests; then the\n"
-         "tile-union path on tile-shared S = 8k, 32k, clustered S = 32k and random S = 8k.\n"
+         "tile-shared S = 8k, 32k; clustered S = 32k; a chunked batch of 8 requests (all on the\n"
+         "automatic path choice); then tile-shared S = 8k, 32k, clustered S = 32k and random\n"
+         "S = 8k, 32k on each fixed path, block-major and tile-union.\n"
          "\n"
          "options (default in brackets):\n"
          "  --selection NAME   random|tile-shared|clustered|all for --seq/--requests [random]\n"
@@ -64,7 +65,7 @@ std::string bench_usage() {
          "  --h-q N --h-kv N --topk N   geometry [64, 4, 16]; d is 128\n"
          "  --page-size N      16, 32, 64 or 128 [128]\n"
          "  --q-per-item N     planner chunk [" + std::to_string(Options{}.q_per_item) + "]\n"
-         "  --path NAME        block-major|tile-union for --seq/--requests [block-major]\n"
+         "  --path NAME        auto|block-major|tile-union for --seq/--requests [auto]\n"
          "  --seed N           [1]\n"
          "  --warmup N --reps N   graph replays [5, 20]\n";
 }
@@ -93,7 +94,8 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       const std::string v = r.value();
       if (v == "block-major") o.path = PrefillPath::kBlockMajor;
       else if (v == "tile-union") o.path = PrefillPath::kTileUnion;
-      else r.bad(name, v, "expected block-major or tile-union");
+      else if (v == "auto") o.path = PrefillPath::kAuto;
+      else r.bad(name, v, "expected auto, block-major or tile-union");
     }
     else if (name == "--seed") o.seed = r.u64();
     else if (name == "--warmup") o.warmup = r.integer(0, 1000);
@@ -105,7 +107,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
           "must be a multiple of --h-kv " + std::to_string(o.shape.h_kv) + " with group <= 16");
   for (auto& [label, requests] : batches)
     o.cases.push_back({std::string(bench::selection_name(selection)) + " " + label +
-                           (o.path == PrefillPath::kTileUnion ? " union" : ""),
+                           (o.path == PrefillPath::kAuto ? "" : std::string(" [") + prefill_path_name(o.path) + "]"),
                        selection, requests, o.path});
   return o;
 }
@@ -118,17 +120,26 @@ std::vector<BenchCase> default_suite() {
   const std::vector<bench::Request> chunked = {{2048, 34000}, {8192, 8192},   {1024, 131072},
                                                {16384, 40000}, {512, 512},    {4096, 70000},
                                                {1, 100000},    {3000, 12345}};
-  return {{"random S=8k", bench::Selection::kRandom, single(8192)},
-          {"random S=32k", bench::Selection::kRandom, single(32768)},
-          {"random S=128k", bench::Selection::kRandom, single(131072)},
-          {"tile-shared S=8k", bench::Selection::kTileShared, single(8192)},
-          {"tile-shared S=32k", bench::Selection::kTileShared, single(32768)},
-          {"clustered S=32k", bench::Selection::kClustered, single(32768)},
-          {"random chunked B=8", bench::Selection::kRandom, chunked},
-          {"tile-shared S=8k union", bench::Selection::kTileShared, single(8192), PrefillPath::kTileUnion},
-          {"tile-shared S=32k union", bench::Selection::kTileShared, single(32768), PrefillPath::kTileUnion},
-          {"clustered S=32k union", bench::Selection::kClustered, single(32768), PrefillPath::kTileUnion},
-          {"random S=8k union", bench::Selection::kRandom, single(8192), PrefillPath::kTileUnion}};
+  std::vector<BenchCase> suite = {{"random S=8k", bench::Selection::kRandom, single(8192)},
+                                  {"random S=32k", bench::Selection::kRandom, single(32768)},
+                                  {"random S=128k", bench::Selection::kRandom, single(131072)},
+                                  {"tile-shared S=8k", bench::Selection::kTileShared, single(8192)},
+                                  {"tile-shared S=32k", bench::Selection::kTileShared, single(32768)},
+                                  {"clustered S=32k", bench::Selection::kClustered, single(32768)},
+                                  {"random chunked B=8", bench::Selection::kRandom, chunked}};
+  // The two fixed paths side by side on the cases that tell them apart.
+  const std::vector<BenchCase> compare = {{"tile-shared S=8k", bench::Selection::kTileShared, single(8192)},
+                                          {"tile-shared S=32k", bench::Selection::kTileShared, single(32768)},
+                                          {"clustered S=32k", bench::Selection::kClustered, single(32768)},
+                                          {"random S=8k", bench::Selection::kRandom, single(8192)},
+                                          {"random S=32k", bench::Selection::kRandom, single(32768)}};
+  for (const PrefillPath path : {PrefillPath::kBlockMajor, PrefillPath::kTileUnion})
+    for (BenchCase c : compare) {
+      c.name += std::string(" [") + prefill_path_name(path) + "]";
+      c.path = path;
+      suite.push_back(c);
+    }
+  return suite;
 }
 
 void check(cudaError_t e, const char* what) {

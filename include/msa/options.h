@@ -25,6 +25,10 @@ enum class PrefillPath : std::uint8_t {
   // the union of their blocks once and runs an online softmax, one result per query, no
   // per-block partials. Wins when neighbouring queries share most of their blocks.
   kTileUnion,
+  // Decided per call on the device, from counts plan() takes of the work each path would do
+  // (the tile-union path when a tile's union is at most a quarter of its queries' edges):
+  // no host synchronisation, and run() stays capturable. The default.
+  kAuto,
 };
 const char* prefill_path_name(PrefillPath p);
 
@@ -37,7 +41,7 @@ struct Options {
   // Planner: a work item covers at most this many of a block's queries (spec §2).
   int q_per_item = 64;
   // CUDA sparse prefill organisation (see PrefillPath).
-  PrefillPath prefill_path = PrefillPath::kBlockMajor;
+  PrefillPath prefill_path = PrefillPath::kAuto;
 };
 
 }  // namespace msa

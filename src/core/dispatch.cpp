@@ -34,9 +34,10 @@ ImplPtr pick(const char* op, const Options& options, CpuMake cpu_make, CudaMake 
 void validate_options(const Options& options) {
   MSA_REQUIRE(options.q_per_item >= 1 && options.q_per_item <= (1 << 20), "options.q_per_item",
               std::to_string(options.q_per_item), "must be in 1..2^20");
-  MSA_REQUIRE(options.prefill_path == PrefillPath::kBlockMajor || options.prefill_path == PrefillPath::kTileUnion,
+  MSA_REQUIRE(options.prefill_path == PrefillPath::kBlockMajor || options.prefill_path == PrefillPath::kTileUnion ||
+                  options.prefill_path == PrefillPath::kAuto,
               "options.prefill_path", std::to_string(static_cast<int>(options.prefill_path)),
-              "must be PrefillPath::kBlockMajor or kTileUnion");
+              "must be PrefillPath::kBlockMajor, kTileUnion or kAuto");
 }
 
 #if MSA_WITH_CUDA

@@ -22,7 +22,14 @@ const char* dtype_name(DType t) {
 
 const char* device_name(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
 const char* backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
-const char* prefill_path_name(PrefillPath p) { return p == PrefillPath::kBlockMajor ? "block-major" : "tile-union"; }
+const char* prefill_path_name(PrefillPath p) {
+  switch (p) {
+    case PrefillPath::kBlockMajor: return "block-major";
+    case PrefillPath::kTileUnion: return "tile-union";
+    case PrefillPath::kAuto: return "auto";
+  }
+  return "unknown";
+}
 const char* version_string() { return "0.1.0"; }
 
 float AttentionShape::softmax_scale() const {

@@ -13,6 +13,7 @@
 #include "cuda/combine/launch.h"
 #include "cuda/common/check.h"
 #include "cuda/plan/k2q_device.h"
+#include "cuda/plan/union_stats.h"
 #include "cuda/prefill/sm90/launch.h"
 #include "cuda/prefill/union_sm90/launch.h"
 #include "msa/error.h"
@@ -48,6 +49,7 @@ struct PrefillLayout {
   std::size_t lse_partial = 0;  // [topk, total_q, h_q] fp32
   std::size_t batch = 0;        // cu_seqlens_q [B + 1] then k_len [B], int32
   std::size_t topk = 0;         // [h_kv, total_q, topk] int32
+  std::size_t stats = 0;        // [2] uint64 (union blocks, edges) for PrefillPath::kAuto
   std::size_t total = 0;
 };
 
@@ -63,7 +65,8 @@ PrefillLayout prefill_layout(const AttentionShape& shape, const ProblemSize& pro
   l.batch = round256(static_cast<std::size_t>(2 * problem.batch + 1) * sizeof(std::int32_t));
   l.topk = round256(static_cast<std::size_t>(shape.h_kv) * static_cast<std::size_t>(problem.total_q) *
                     static_cast<std::size_t>(shape.topk) * sizeof(std::int32_t));
-  l.total = l.k2q.total + l.o_partial + l.lse_partial + l.batch + l.topk;
+  l.stats = round256(2 * sizeof(std::uint64_t));
+  l.total = l.k2q.total + l.o_partial + l.lse_partial + l.batch + l.topk + l.stats;
   return l;
 }
 
@@ -74,6 +77,7 @@ struct PrefillWorkspace {
   std::int32_t* cu_seqlens_q = nullptr;  // staging, [B + 1]
   std::int32_t* k_len = nullptr;         // staging, [B]
   std::int32_t* topk = nullptr;          // staging, [h_kv, total_q, topk]
+  std::uint64_t* stats = nullptr;        // [2] union_stats output (PrefillPath::kAuto)
 };
 
 PrefillWorkspace carve(const PrefillLayout& l, std::int64_t batch, void* base) {
@@ -89,6 +93,8 @@ PrefillWorkspace carve(const PrefillLayout& l, std::int64_t batch, void* base) {
   w.k_len = w.cu_seqlens_q + batch + 1;
   at += l.batch;
   w.topk = reinterpret_cast<std::int32_t*>(at);
+  at += l.topk;
+  w.stats = reinterpret_cast<std::uint64_t*>(at);
   return w;
 }
 
@@ -189,6 +195,24 @@ class PrefillCuda final : public SparsePrefill::Impl {
       in.stride_topk_token = topk.stride[1];
     }
     build_k2q_device(layout_.k2q, in, ws_.k2q, stream);
+    // PrefillPath::kAuto: count each path's work for run() to choose on the device. The
+    // tile-union kernel reads top-k rows with a contiguous last dim; otherwise block-major.
+    auto_ready_ = options.prefill_path == PrefillPath::kAuto && total_q > 0 && (host_topk || topk.stride[2] == 1);
+    if (auto_ready_) {
+      UnionStatsParams sp{};
+      sp.ids = in.topk;
+      sp.stride_topk_head = in.stride_topk_head;
+      sp.stride_topk_token = in.stride_topk_token;
+      sp.cu_seqlens_q = in.cu_seqlens_q;
+      sp.k_len = in.k_len;
+      sp.batch = static_cast<int>(b_count);
+      sp.h_kv = shape.h_kv;
+      sp.total_q = total_q;
+      sp.topk = shape.topk;
+      sp.q_per_tile = union_sm90_queries_per_tile(shape.group());
+      sp.out = ws_.stats;
+      launch_union_stats(sp, stream);
+    }
 
     if (sm_count_ == 0) {
       int device = 0;
@@ -273,8 +297,12 @@ class PrefillCuda final : public SparsePrefill::Impl {
     p.group = shape.group();
     p.topk = shape.topk;
     p.scale_log2 = shape.softmax_scale() * 1.4426950408889634f;
-    if (options.prefill_path == PrefillPath::kTileUnion) {
-      // One final slot per (query, head) row; the combine applies sinks and the output dtype.
+    // kTileUnion: the union kernel alone. kAuto: both kernels are launched and each returns at
+    // once unless the plan's counts pick it (the combine reads the same counts), unless the
+    // union kernel cannot take these tensors (e.g. strides TMA cannot describe): block-major.
+    const PrefillPath path = options.prefill_path;
+    const std::uint64_t* stats = nullptr;
+    if (path == PrefillPath::kTileUnion || (path == PrefillPath::kAuto && auto_ready_ && a.topk.stride[2] == 1)) {
       MSA_REQUIRE(a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
                   "the tile-union prefill reads top-k rows with a contiguous last dim");
       UnionParams u{};
@@ -286,15 +314,27 @@ class PrefillCuda final : public SparsePrefill::Impl {
       u.batch = static_cast<int>(planned_batch_);
       u.q_per_tile = union_sm90_queries_per_tile(shape.group());
       u.tiles = std::int64_t(shape.h_kv) * ((planned_total_q_ + u.q_per_tile - 1) / u.q_per_tile);
-      launch_union_sm90(u, sm_count_, stream);
-    } else {
+      u.auto_stats = path == PrefillPath::kAuto ? ws_.stats : nullptr;
+      if (path == PrefillPath::kTileUnion) {
+        launch_union_sm90(u, sm_count_, stream);
+      } else {
+        try {
+          launch_union_sm90(u, sm_count_, stream);  // throws before launching when unsupported
+          stats = ws_.stats;
+        } catch (const Error&) {
+        }
+      }
+    }
+    if (path != PrefillPath::kTileUnion) {
+      p.auto_stats = stats;
       launch_prefill_sm90(p, sm_count_ * prefill_sm90_ctas_per_sm(), stream);
     }
 
     CombineParams c{};
     c.o_partial = ws_.o_partial;
     c.lse_partial = ws_.lse_partial;
-    c.split_counts = options.prefill_path == PrefillPath::kTileUnion ? nullptr : ws_.k2q.split_counts;
+    c.split_counts = path == PrefillPath::kTileUnion ? nullptr : ws_.k2q.split_counts;
+    c.auto_stats = stats;
     c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
     c.out = a.out.data;
     c.stride_out_token = a.out.stride[0];
@@ -355,6 +395,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
   std::size_t owned_bytes_ = 0;
 
   bool planned_ = false;
+  bool auto_ready_ = false;  // plan() counted union_stats into ws_.stats (PrefillPath::kAuto)
   PrefillLayout layout_{};
   PrefillWorkspace ws_{};
   cudaStream_t plan_stream_ = nullptr;

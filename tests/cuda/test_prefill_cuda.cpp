@@ -93,13 +93,21 @@ std::vector<Case> cases() {
   c.push_back({"batch300", spec_of(16, 2, 8, 32, many, Selection::kRandom, 10)});
   c.push_back({"page128_g3_random", spec_of(12, 4, 16, 128, chunked, Selection::kRandom, 12)});
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
-  // Every case again on the tile-union path (tiles that span requests: chunked, batch300).
+  // Every case again on the tile-union path (tiles that span requests: chunked, batch300), and
+  // some on the automatic choice (tile-shared picks the union path, random block-major).
   const std::size_t block_major = c.size();
   for (std::size_t i = 0; i < block_major; ++i) {
     Case u = c[i];
     u.name += "_union";
     u.path = msa::PrefillPath::kTileUnion;
     c.push_back(u);
+    if (u.name.find("tileshared") != std::string::npos || u.name.find("random") != std::string::npos ||
+        u.name.find("batch300") != std::string::npos || u.name.find("hot_rows") != std::string::npos) {
+      Case a = c[i];
+      a.name += "_auto";
+      a.path = msa::PrefillPath::kAuto;
+      c.push_back(a);
+    }
   }
   return c;
 }

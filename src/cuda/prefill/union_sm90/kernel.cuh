@@ -25,6 +25,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include "core/union_stats.h"
 #include "cuda/prefill/union_sm90/epilogue.cuh"
 #include "cuda/prefill/union_sm90/mainloop.cuh"
 
@@ -213,6 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   // PDL: top-k ids and the batch may come from the previous kernel in the stream.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if (p.auto_stats != nullptr && !union_path_wins(p.auto_stats[0], p.auto_stats[1])) return;  // block-major runs
 
   if (tid < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();

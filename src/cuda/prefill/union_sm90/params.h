@@ -23,6 +23,8 @@ struct UnionParams {
   int batch;                         // B: cu_seqlens_q has B + 1 entries
   int q_per_tile;                    // queries per M tile (their G heads packed in M)
   std::int64_t tiles;                // h_kv * ceil(total_q / q_per_tile)
+  const std::uint64_t* auto_stats;   // [2] (union blocks, edges) of PrefillPath::kAuto; null:
+                                     // always run, else return at once unless union_path_wins
 };
 
 // TMA descriptors the launch builds from UnionParams (never filled by callers), all 16-bit
