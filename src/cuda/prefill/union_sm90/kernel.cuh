@@ -68,29 +68,24 @@ __device__ __forceinline__ void run_loader(const UnionParams& p, const UnionTma&
     const int n = list.size;
     for (int u = 0; u < n; ++u, ++use) {
       const int lane = opaque_tid();
-      const int key = list.block[u];
-      const int seg = key >> 24;
-      const int b = list.seg_b[seg];
-      const int k_len = list.seg_klen[seg];
-      const int block_start = (key & 0xFFFFFF) * Traits::kBlockN;
-      const int tokens = min(Traits::kBlockN, k_len - block_start);
+      const UnionEntry e = union_entry(list, u);
       const int s = static_cast<int>(use & 1u);
       Barrier64::wait(&smem.k_empty[s], phase_of(use) ^ 1u);
       if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.k_full[s], kBlockBytes);
       __syncwarp();
-      load_block(p, &tma.k, tma.kv_box_rows, t.kv_head, b, block_start, k_len, smem.k[s], &smem.k_full[s], lane);
+      load_block(p, &tma.k, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.k[s], &smem.k_full[s], lane);
       Barrier64::wait(&smem.v_empty[s], phase_of(use) ^ 1u);
-      if (tokens == Traits::kBlockN) {
+      if (e.tokens == Traits::kBlockN) {
         if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_full[s], kBlockBytes);
         __syncwarp();
-        load_block(p, &tma.v, tma.kv_box_rows, t.kv_head, b, block_start, k_len, smem.v[s], &smem.v_full[s], lane);
+        load_block(p, &tma.v, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.v[s], &smem.v_full[s], lane);
       } else {
         if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_tail, kBlockBytes);
         __syncwarp();
-        load_block(p, &tma.v, tma.kv_box_rows, t.kv_head, b, block_start, k_len, smem.v[s], &smem.v_tail, lane);
+        load_block(p, &tma.v, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.v[s], &smem.v_tail, lane);
         Barrier64::wait(&smem.v_tail, tail_phase);
         tail_phase ^= 1u;
-        zero_tail(smem.v[s], tokens, lane);
+        zero_tail(smem.v[s], e.tokens, lane);
         __syncwarp();
         if (lane == 0) Barrier64::arrive(&smem.v_full[s]);
       }
@@ -129,13 +124,12 @@ __device__ __forceinline__ void run_consumers(const UnionParams& p, const UnionT
       row_pos[half] = qi < t.nq ? list.q_pos[qi] : 0;
     }
     auto key_limits = [&](int u, int (&limit)[2]) {
-      const int key = list.block[u];
-      const int block_start = (key & 0xFFFFFF) * Traits::kBlockN;
-      const int tokens = min(Traits::kBlockN, list.seg_klen[key >> 24] - block_start);
+      const UnionEntry e = union_entry(list, u);
       const std::uint32_t members = list.members[u];
 #pragma unroll
       for (int half = 0; half < 2; ++half)
-        limit[half] = (members >> row_query[half]) & 1u ? max(0, min(tokens, row_pos[half] - block_start + 1)) : 0;
+        limit[half] =
+            (members >> row_query[half]) & 1u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
     };
 
     Tensor acc_o = partition_fragment_C(Traits::MmaPV{}, Shape<Int<Traits::kTileM>, Int<Traits::kHeadDim>>{});

@@ -53,6 +53,25 @@ __device__ __forceinline__ Tile make_tile(const UnionParams& p, int tile) {
   return t;
 }
 
+// Union entry u of a list, decoded (the builders pack it as segment << 24 | block id).
+struct UnionEntry {
+  int b;            // request
+  int k_len;        // its k_len
+  int block_start;  // block id * 128
+  int tokens;       // tokens of the block below k_len, 1..128
+};
+
+__device__ __forceinline__ UnionEntry union_entry(const UnionList& list, int u) {
+  const int key = list.block[u];
+  const int seg = key >> 24;
+  UnionEntry e;
+  e.b = list.seg_b[seg];
+  e.k_len = list.seg_klen[seg];
+  e.block_start = (key & 0xFFFFFF) * Traits::kBlockN;
+  e.tokens = min(Traits::kBlockN, e.k_len - e.block_start);
+  return e;
+}
+
 // ---- builders: the union list and the Q gather -------------------------------------------
 
 // Builds tile t's union into `list` (96 builder threads, bt = 0..95); each builder's mbarrier
