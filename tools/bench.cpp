@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "bench/device_fill.h"
+#include "bench/route_share.h"
 #endif
 
 namespace msa::tool {
@@ -192,6 +193,10 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
   const double flops = bench::attention_flops(s, stats);
   const double bytes = bench::prefill_bytes(s, stats, total_q).total();
   const double floor_ms = bench::floor_seconds(flops, bytes) * 1e3;
+  // Tiles on the tile-union kernel: all, none, or those the planner's rule routes there.
+  const double union_share = c.path == PrefillPath::kTileUnion    ? 1.0
+                             : c.path == PrefillPath::kBlockMajor ? 0.0
+                                                                  : bench::union_tile_share(w);
 
   // Device tensors; Q/K/V/out rotate over `sets` copies whose total exceeds 2x L2.
   const std::int64_t q_elems = total_q * s.h_q * s.d;
@@ -253,6 +258,7 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
                format("%.0f", bytes / run_s * 1e-9),
                format("%.3f", floor_ms),
                format("%.2f", run.median_ms / floor_ms),
+               format("%.0f%%", 100.0 * union_share),
                std::to_string(sets)};
   return row;
 }
@@ -284,14 +290,15 @@ int bench_command(const std::vector<std::string>& args) {
               o.shape.d, o.shape.topk, o.page_size, o.q_per_item, o.reps, o.warmup);
   Table table({{"case"}, {"total_q", true}, {"edges", true}, {"plan ms", true}, {"run ms", true},
                {"cv", true}, {"plan+run", true}, {"eff TFLOP/s", true}, {"GB/s", true},
-               {"floor ms", true}, {"run/floor", true}, {"sets", true}});
+               {"floor ms", true}, {"run/floor", true}, {"union", true}, {"sets", true}});
   for (const BenchCase& c : o.cases) {
     table.add_row(bench_case(o, c, o.seed).cells);
     std::fprintf(stderr, "  done: %s\n", c.name.c_str());
   }
   table.print(stdout);
   std::printf("effective TFLOP/s counts selected visible keys only (targets.md); floor = max(FLOPs / 600 "
-              "TFLOP/s, bytes / 2.9 TB/s) of the KV-block-major byte model (bench/flops.h)\n");
+              "TFLOP/s, bytes / 2.9 TB/s) of the KV-block-major byte model (bench/flops.h); union = share of "
+              "(KV head, query tile) pairs run by the tile-union kernel\n");
   return kExitPass;
 #else
   throw UsageError("msa bench prefill: this build has no CUDA backend");

@@ -168,7 +168,7 @@ CheckResult check_topk_contract(const bench::HostTensor& topk, const bench::Work
 }
 
 CheckResult check_plan(const K2qCsr& plan, const K2qCsr& host, const bench::HostTensor& topk,
-                       const std::vector<bench::Request>& requests, int q_per_item) {
+                       const std::vector<bench::Request>& requests, int q_per_item, const TileRoute& route) {
   const std::int64_t h_kv = topk.shape()[0], total_q = topk.shape()[1];
   const int width = static_cast<int>(topk.shape()[2]);
   const std::int64_t edges_per_head = total_q * width;
@@ -196,18 +196,22 @@ CheckResult check_plan(const K2qCsr& plan, const K2qCsr& host, const bench::Host
   std::vector<std::int64_t> row0(requests.size() + 1, 0);  // packed row of each request's query 0
   for (std::size_t b = 0; b < requests.size(); ++b) row0[b + 1] = row0[b] + requests[b].q_len;
   std::vector<std::vector<std::int32_t>> sets(static_cast<std::size_t>(h_kv * total_q));
+  const std::int64_t per_head = route.union_tile != nullptr ? tiles_per_head(total_q, route.q_per_tile) : 0;
   for (std::int64_t h = 0; h < h_kv; ++h)
     for (std::size_t b = 0; b < requests.size(); ++b)
       for (std::int64_t q = row0[b]; q < row0[b + 1]; ++q)
-        sets[h * total_q + q] = selected_set(topk.data<std::int32_t>() + (h * total_q + q) * width,
+        if (!route.routed(static_cast<int>(h), q, per_head))  // a routed row keeps no edge
+          sets[h * total_q + q] = selected_set(topk.data<std::int32_t>() + (h * total_q + q) * width,
                                              width, blocks_of(requests[b].k_len));
 
   for (std::int64_t h = 0; h < h_kv; ++h) {
     std::int64_t edges = 0;
     for (std::int64_t q = 0; q < total_q; ++q) {
       const auto n = static_cast<std::int64_t>(sets[h * total_q + q].size());
-      if (plan.split_counts[q * h_kv + h] != n)
-        return failure(format("split_counts[%lld, %lld] = %d, the row selects %lld blocks",
+      const bool routed = route.routed(static_cast<int>(h), q, per_head);
+      if (plan.split_counts[q * h_kv + h] != (routed ? 1 : n))
+        return failure(format(routed ? "split_counts[%lld, %lld] = %d, a row routed to the tile-union kernel has 1"
+                                     : "split_counts[%lld, %lld] = %d, the row selects %lld blocks",
                               static_cast<long long>(q), static_cast<long long>(h),
                               plan.split_counts[q * h_kv + h], static_cast<long long>(n)));
       edges += n;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/workload.h"
+#include "core/tile_route.h"
 #include "msa/plan.h"
 
 namespace msa::tool {
@@ -36,8 +37,9 @@ CheckResult check_topk_rows(const bench::HostTensor& topk, const bench::HostTens
 CheckResult check_topk_contract(const bench::HostTensor& topk, const bench::Workload& w);
 
 // The plan's spec §2 invariants recomputed from the top-k rows, then byte equality of its
-// arrays with the host builder's (work items as a set).
+// arrays with the host builder's (work items as a set). Rows of the tiles `route` sends to
+// the tile-union kernel (PrefillPath::kAuto) must have no edge and split count 1.
 CheckResult check_plan(const K2qCsr& plan, const K2qCsr& host, const bench::HostTensor& topk,
-                       const std::vector<bench::Request>& requests, int q_per_item);
+                       const std::vector<bench::Request>& requests, int q_per_item, const TileRoute& route);
 
 }  // namespace msa::tool

@@ -12,6 +12,8 @@
 #include "bench/compare.h"
 #include "bench/flops.h"
 #include "bench/workload.h"
+#include "core/k2q_host.h"
+#include "core/tile_route.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
 #include "tools/backends.h"
@@ -224,9 +226,23 @@ class Pipeline {
     if (!o_.verify) return;
     Options host = opt;
     host.backend = Backend::kCpu;
-    const K2qCsr oracle = build_k2q_csr(shape_, prefill_.batch(), prefill_.topk.view(), host);
-    row.check = check_plan(plan, oracle, prefill_.topk, o_.requests, opt.q_per_item);
+    // The CUDA planner under PrefillPath::kAuto routes tiles to the tile-union kernel first:
+    // their rows are left out of the plan (the rule's CPU twin says which).
+    std::vector<std::uint8_t> flags;
+    TileRoute route;
+    if (opt.backend == Backend::kCuda && opt.prefill_path == PrefillPath::kAuto && prefill_.total_q > 0) {
+      route.q_per_tile = union_queries_per_tile(shape_.group());
+      flags = route_tiles_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),
+                               prefill_.k_len.data<std::int32_t>(), static_cast<int>(o_.requests.size()),
+                               shape_.h_kv, prefill_.total_q, shape_.topk, route.q_per_tile);
+      route.union_tile = flags.data();
+    }
+    const K2qCsr oracle = build_k2q_csr_routed(shape_, prefill_.batch(), prefill_.topk.view(), host, route);
+    row.check = check_plan(plan, oracle, prefill_.topk, o_.requests, opt.q_per_item, route);
     row.detail += "; spec invariants; = host builder";
+    if (route.union_tile != nullptr)
+      row.detail += format("; %lld of %zu tiles routed to the tile-union kernel",
+                           static_cast<long long>(std::count(flags.begin(), flags.end(), 1)), flags.size());
   }
 
   // One run() of the planned prefill into out/lse, on the plan's backend; returns wall ms

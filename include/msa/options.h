@@ -25,9 +25,13 @@ enum class PrefillPath : std::uint8_t {
   // the union of their blocks once and runs an online softmax, one result per query, no
   // per-block partials. Wins when neighbouring queries share most of their blocks.
   kTileUnion,
-  // Decided per call on the device, from counts plan() takes of the work each path would do
-  // (the tile-union path when a tile's union is at most a quarter of its queries' edges):
-  // no host synchronisation, and run() stays capturable. The default.
+  // Decided per query tile by plan(), on the device: a tile (the queries of one tile-union M
+  // tile, one KV head) whose union of blocks is at most a quarter of its queries' edges goes to
+  // the tile-union kernel, the rest to the block-major kernel; run() launches both, each on
+  // its share. No host synchronisation, and run() stays capturable. The default. The plan
+  // (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1. run()
+  // throws msa::Error, touching no output, for tensors the tile-union kernel cannot take
+  // (strides TMA cannot describe); kBlockMajor takes those.
   kAuto,
 };
 const char* prefill_path_name(PrefillPath p);

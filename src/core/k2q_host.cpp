@@ -8,6 +8,7 @@
 
 #include "core/batch.h"
 #include "core/check.h"
+#include "core/tile_route.h"
 #include "core/validate.h"
 #include "msa/plan.h"
 
@@ -126,6 +127,11 @@ K2qSizes k2q_sizes(const AttentionShape& shape, const ProblemSize& problem, int 
 
 K2qCsr build_k2q_csr(const AttentionShape& shape, const VarlenBatch& batch, const TensorView& topk,
                      const Options& options) {
+  return build_k2q_csr_routed(shape, batch, topk, options, TileRoute{});
+}
+
+K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batch, const TensorView& topk,
+                            const Options& options, const TileRoute& route) {
   MSA_REQUIRE(shape.h_kv >= 1, "shape.h_kv", std::to_string(shape.h_kv), "must be >= 1");
   MSA_REQUIRE(shape.topk >= 1 && shape.topk <= 255, "shape.topk", std::to_string(shape.topk),
               "must be in 1..255 (qsplit packs the slot in 8 bits)");
@@ -154,10 +160,14 @@ K2qCsr build_k2q_csr(const AttentionShape& shape, const VarlenBatch& batch, cons
   csr.q_indices.assign(static_cast<std::size_t>(h_kv * edges), -1);
   csr.qsplit.assign(static_cast<std::size_t>(h_kv * edges), -1);
   csr.split_counts.assign(static_cast<std::size_t>(info.total_q * h_kv), 0);
+  MSA_REQUIRE(route.union_tile == nullptr || route.q_per_tile >= 1, "route.q_per_tile",
+              std::to_string(route.q_per_tile), "must be >= 1");
+  const std::int64_t per_head = route.union_tile != nullptr ? tiles_per_head(info.total_q, route.q_per_tile) : 0;
 
   // Per head a counting sort of the edges by row; visiting queries in ascending order makes
   // each row's queries ascending without sorting.
   std::vector<std::int32_t> selection(static_cast<std::size_t>(edges));  // [total_q, k]
+  std::vector<int> kept(static_cast<std::size_t>(info.total_q));        // edges of (q, h) in the plan
   std::vector<std::int32_t> cursor(static_cast<std::size_t>(total_rows));
   const auto* ids = topk.ptr<const std::int32_t>();
   for (int h = 0; h < h_kv; ++h) {
@@ -165,9 +175,11 @@ K2qCsr build_k2q_csr(const AttentionShape& shape, const VarlenBatch& batch, cons
     for (std::int64_t q = 0; q < info.total_q; ++q) {
       const std::int32_t b = info.req_of[q];
       std::int32_t* sel = selection.data() + q * k;
-      const int n =
-          row_selection(ids + topk.offset(h, q, 0), topk.stride[2], k, info.blocks(b), sel);
-      csr.split_counts[q * h_kv + h] = n;
+      // A row routed to the tile-union kernel has no edge here and one slot (its whole result).
+      const bool routed = route.routed(h, q, per_head);
+      const int n = routed ? 0 : row_selection(ids + topk.offset(h, q, 0), topk.stride[2], k, info.blocks(b), sel);
+      kept[q] = n;
+      csr.split_counts[q * h_kv + h] = routed ? 1 : n;
       for (int s = 0; s < n; ++s) ++row_ptr[rows.row_of[rows.first[b] + sel[s]] + 1];
     }
     for (std::int64_t r = 0; r < total_rows; ++r) row_ptr[r + 1] += row_ptr[r];
@@ -178,7 +190,7 @@ K2qCsr build_k2q_csr(const AttentionShape& shape, const VarlenBatch& batch, cons
       const std::int32_t b = info.req_of[q];
       const std::int32_t q_local = static_cast<std::int32_t>(q - info.cu_q[b]);
       const std::int32_t* sel = selection.data() + q * k;
-      for (int s = 0; s < csr.split_counts[q * h_kv + h]; ++s) {
+      for (int s = 0; s < kept[q]; ++s) {
         const std::int32_t e = cursor[rows.row_of[rows.first[b] + sel[s]]]++;
         q_indices[e] = q_local;
         qsplit[e] = static_cast<std::int32_t>(static_cast<std::uint32_t>(q_local) |

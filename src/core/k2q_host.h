@@ -6,6 +6,9 @@
 #include <optional>
 #include <string>
 
+#include "core/tile_route.h"
+#include "msa/plan.h"
+
 namespace msa {
 
 // The selection of one top-k row (spec §1): its distinct ids in [0, n_blocks), ascending,
@@ -24,5 +27,12 @@ struct RowViolation {
 };
 std::optional<RowViolation> check_row_contract(const std::int32_t* ids, std::int64_t slot_stride,
                                                int topk, std::int64_t local);
+
+// build_k2q_csr with the rows of the tiles `route` sends to the tile-union kernel left out
+// (PrefillPath::kAuto): they get no edge and split count 1. route.union_tile, when not null,
+// holds h_kv * tiles_per_head(total_q, route.q_per_tile) flags. The oracle of the device
+// planner given the same routing.
+K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batch, const TensorView& topk,
+                            const Options& options, const TileRoute& route);
 
 }  // namespace msa

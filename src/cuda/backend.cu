@@ -13,7 +13,7 @@
 #include "cuda/combine/launch.h"
 #include "cuda/common/check.h"
 #include "cuda/plan/k2q_device.h"
-#include "cuda/plan/union_stats.h"
+#include "cuda/plan/tile_route.h"
 #include "cuda/prefill/sm90/launch.h"
 #include "cuda/prefill/union_sm90/launch.h"
 #include "msa/error.h"
@@ -49,7 +49,12 @@ struct PrefillLayout {
   std::size_t lse_partial = 0;  // [topk, total_q, h_q] fp32
   std::size_t batch = 0;        // cu_seqlens_q [B + 1] then k_len [B], int32
   std::size_t topk = 0;         // [h_kv, total_q, topk] int32
-  std::size_t stats = 0;        // [2] uint64 (union blocks, edges) for PrefillPath::kAuto
+  // PrefillPath::kAuto tile routing (cuda/plan/tile_route.h); 0 bytes for the fixed paths
+  std::int64_t tiles = 0;       // h_kv * ceil(total_q / union_sm90_queries_per_tile(G))
+  std::size_t union_tile = 0;   // [tiles] uint8
+  std::size_t union_list = 0;   // [tiles] int32
+  std::size_t union_count = 0;  // [1] int32
+  std::size_t route_temp = 0;   // the compaction's scratch
   std::size_t total = 0;
 };
 
@@ -65,8 +70,15 @@ PrefillLayout prefill_layout(const AttentionShape& shape, const ProblemSize& pro
   l.batch = round256(static_cast<std::size_t>(2 * problem.batch + 1) * sizeof(std::int32_t));
   l.topk = round256(static_cast<std::size_t>(shape.h_kv) * static_cast<std::size_t>(problem.total_q) *
                     static_cast<std::size_t>(shape.topk) * sizeof(std::int32_t));
-  l.stats = round256(2 * sizeof(std::uint64_t));
-  l.total = l.k2q.total + l.o_partial + l.lse_partial + l.batch + l.topk + l.stats;
+  if (options.prefill_path == PrefillPath::kAuto) {
+    l.tiles = tile_route_tiles(shape.h_kv, problem.total_q, union_sm90_queries_per_tile(shape.group()));
+    l.union_tile = round256(static_cast<std::size_t>(l.tiles));
+    l.union_list = round256(static_cast<std::size_t>(l.tiles) * sizeof(std::int32_t));
+    l.union_count = round256(sizeof(std::int32_t));
+    l.route_temp = round256(tile_route_temp_bytes(l.tiles));
+  }
+  l.total = l.k2q.total + l.o_partial + l.lse_partial + l.batch + l.topk + l.union_tile + l.union_list +
+            l.union_count + l.route_temp;
   return l;
 }
 
@@ -77,7 +89,10 @@ struct PrefillWorkspace {
   std::int32_t* cu_seqlens_q = nullptr;  // staging, [B + 1]
   std::int32_t* k_len = nullptr;         // staging, [B]
   std::int32_t* topk = nullptr;          // staging, [h_kv, total_q, topk]
-  std::uint64_t* stats = nullptr;        // [2] union_stats output (PrefillPath::kAuto)
+  std::uint8_t* union_tile = nullptr;    // PrefillPath::kAuto routing, see PrefillLayout
+  std::int32_t* union_list = nullptr;
+  std::int32_t* union_count = nullptr;
+  void* route_temp = nullptr;
 };
 
 PrefillWorkspace carve(const PrefillLayout& l, std::int64_t batch, void* base) {
@@ -94,7 +109,15 @@ PrefillWorkspace carve(const PrefillLayout& l, std::int64_t batch, void* base) {
   at += l.batch;
   w.topk = reinterpret_cast<std::int32_t*>(at);
   at += l.topk;
-  w.stats = reinterpret_cast<std::uint64_t*>(at);
+  if (l.union_tile > 0) {
+    w.union_tile = reinterpret_cast<std::uint8_t*>(at);
+    at += l.union_tile;
+    w.union_list = reinterpret_cast<std::int32_t*>(at);
+    at += l.union_list;
+    w.union_count = reinterpret_cast<std::int32_t*>(at);
+    at += l.union_count;
+    w.route_temp = at;
+  }
   return w;
 }
 
@@ -194,25 +217,32 @@ class PrefillCuda final : public SparsePrefill::Impl {
       in.stride_topk_head = topk.stride[0];
       in.stride_topk_token = topk.stride[1];
     }
-    build_k2q_device(layout_.k2q, in, ws_.k2q, stream);
-    // PrefillPath::kAuto: count each path's work for run() to choose on the device. The
-    // tile-union kernel reads top-k rows with a contiguous last dim; otherwise block-major.
-    auto_ready_ = options.prefill_path == PrefillPath::kAuto && total_q > 0 && (host_topk || topk.stride[2] == 1);
-    if (auto_ready_) {
-      UnionStatsParams sp{};
-      sp.ids = in.topk;
-      sp.stride_topk_head = in.stride_topk_head;
-      sp.stride_topk_token = in.stride_topk_token;
-      sp.cu_seqlens_q = in.cu_seqlens_q;
-      sp.k_len = in.k_len;
-      sp.batch = static_cast<int>(b_count);
-      sp.h_kv = shape.h_kv;
-      sp.total_q = total_q;
-      sp.topk = shape.topk;
-      sp.q_per_tile = union_sm90_queries_per_tile(shape.group());
-      sp.out = ws_.stats;
-      launch_union_stats(sp, stream);
+    // PrefillPath::kAuto: route each tile to the cheaper kernel before the plan is built, so
+    // that the k2q plan leaves the union tiles' rows out. The tile-union kernel reads top-k rows
+    // with a contiguous last dim; otherwise every tile stays block-major.
+    routed_ = options.prefill_path == PrefillPath::kAuto && total_q > 0 && (host_topk || topk.stride[2] == 1);
+    if (routed_) {
+      TileRouteParams rp{};
+      rp.ids = in.topk;
+      rp.stride_topk_head = in.stride_topk_head;
+      rp.stride_topk_token = in.stride_topk_token;
+      rp.cu_seqlens_q = in.cu_seqlens_q;
+      rp.k_len = in.k_len;
+      rp.batch = static_cast<int>(b_count);
+      rp.h_kv = shape.h_kv;
+      rp.total_q = total_q;
+      rp.topk = shape.topk;
+      rp.q_per_tile = union_sm90_queries_per_tile(shape.group());
+      rp.union_tile = ws_.union_tile;
+      rp.union_list = ws_.union_list;
+      rp.union_count = ws_.union_count;
+      rp.temp = ws_.route_temp;
+      rp.temp_bytes = layout_.route_temp;
+      launch_tile_route(rp, stream);
+      in.union_tile = ws_.union_tile;
+      in.route_q_per_tile = rp.q_per_tile;
     }
+    build_k2q_device(layout_.k2q, in, ws_.k2q, stream);
 
     if (sm_count_ == 0) {
       int device = 0;
@@ -297,12 +327,13 @@ class PrefillCuda final : public SparsePrefill::Impl {
     p.group = shape.group();
     p.topk = shape.topk;
     p.scale_log2 = shape.softmax_scale() * 1.4426950408889634f;
-    // kTileUnion: the union kernel alone. kAuto: both kernels are launched and each returns at
-    // once unless the plan's counts pick it (the combine reads the same counts), unless the
-    // union kernel cannot take these tensors (e.g. strides TMA cannot describe): block-major.
+    // kTileUnion: the union kernel alone, every tile. kBlockMajor: the block-major kernel alone.
+    // kAuto (routed in plan()): the union kernel takes the tiles on the plan's list, the
+    // block-major kernel the plan's work items, which leave those tiles' rows out; the two write
+    // disjoint rows, and the combine merges each row's slots (one for a union row).
     const PrefillPath path = options.prefill_path;
-    const std::uint64_t* stats = nullptr;
-    if (path == PrefillPath::kTileUnion || (path == PrefillPath::kAuto && auto_ready_ && a.topk.stride[2] == 1)) {
+    const bool use_union = path == PrefillPath::kTileUnion || (path == PrefillPath::kAuto && routed_);
+    if (use_union) {
       MSA_REQUIRE(a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
                   "the tile-union prefill reads top-k rows with a contiguous last dim");
       UnionParams u{};
@@ -314,27 +345,25 @@ class PrefillCuda final : public SparsePrefill::Impl {
       u.batch = static_cast<int>(planned_batch_);
       u.q_per_tile = union_sm90_queries_per_tile(shape.group());
       u.tiles = std::int64_t(shape.h_kv) * ((planned_total_q_ + u.q_per_tile - 1) / u.q_per_tile);
-      u.auto_stats = path == PrefillPath::kAuto ? ws_.stats : nullptr;
-      if (path == PrefillPath::kTileUnion) {
-        launch_union_sm90(u, sm_count_, stream);
-      } else {
-        try {
-          launch_union_sm90(u, sm_count_, stream);  // throws before launching when unsupported
-          stats = ws_.stats;
-        } catch (const Error&) {
-        }
+      u.tile_list = path == PrefillPath::kAuto ? ws_.union_list : nullptr;
+      u.tile_count = path == PrefillPath::kAuto ? ws_.union_count : nullptr;
+      try {
+        launch_union_sm90(u, sm_count_, stream);  // throws before launching when unsupported
+      } catch (const Error& e) {
+        if (path == PrefillPath::kTileUnion) throw;
+        // Nothing is launched yet, so no output is touched; the plan holds no edges of the
+        // routed tiles, so the block-major kernel alone cannot stand in.
+        throw Error(e.argument(), e.value(),
+                    e.message() + " (PrefillPath::kAuto routes tiles to the tile-union kernel; "
+                                  "plan with PrefillPath::kBlockMajor for these tensors)");
       }
     }
-    if (path != PrefillPath::kTileUnion) {
-      p.auto_stats = stats;
-      launch_prefill_sm90(p, sm_count_ * prefill_sm90_ctas_per_sm(), stream);
-    }
+    if (path != PrefillPath::kTileUnion) launch_prefill_sm90(p, sm_count_ * prefill_sm90_ctas_per_sm(), stream);
 
     CombineParams c{};
     c.o_partial = ws_.o_partial;
     c.lse_partial = ws_.lse_partial;
     c.split_counts = path == PrefillPath::kTileUnion ? nullptr : ws_.k2q.split_counts;
-    c.auto_stats = stats;
     c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
     c.out = a.out.data;
     c.stride_out_token = a.out.stride[0];
@@ -395,7 +424,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
   std::size_t owned_bytes_ = 0;
 
   bool planned_ = false;
-  bool auto_ready_ = false;  // plan() counted union_stats into ws_.stats (PrefillPath::kAuto)
+  bool routed_ = false;  // plan() routed tiles into ws_.union_* (PrefillPath::kAuto)
   PrefillLayout layout_{};
   PrefillWorkspace ws_{};
   cudaStream_t plan_stream_ = nullptr;

@@ -1,8 +1,9 @@
 // The device k2q planner against the host builder (the oracle): row_coords, row_ptr,
 // q_indices, qsplit and split_counts byte-identical, work items equal as a set, on seeded
 // workloads (random / tile-shared / clustered, adversarial rows, hot rows, G = 1 and 16,
-// hundreds of requests, q_len = 0 requests, total_q = 0), through the direct entry points,
-// a CUDA graph replay and the SparsePrefill CUDA backend.
+// hundreds of requests, q_len = 0 requests, total_q = 0), through the direct entry points
+// (also with an arbitrary tile routing), a CUDA graph replay and the SparsePrefill CUDA backend
+// (whose default PrefillPath::kAuto routes tiles by the rule of core/tile_route.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -17,7 +18,10 @@
 #include <vector>
 
 #include "bench/workload.h"
+#include "core/k2q_host.h"
+#include "core/tile_route.h"
 #include "cuda/plan/k2q_device.h"
+#include "cuda/prefill/union_sm90/launch.h"
 #include "msa/msa.h"
 
 namespace {
@@ -140,10 +144,25 @@ msa::AttentionShape shape_of(const PlanCase& c) {
   return s;
 }
 
-msa::K2qCsr host_plan(const PlanCase& c, const PlanInputs& in) {
+msa::K2qCsr host_plan(const PlanCase& c, const PlanInputs& in, const msa::TileRoute& route = {}) {
   msa::Options o;
   o.q_per_item = c.q_per_item;
-  return msa::build_k2q_csr(shape_of(c), in.batch(), in.topk.view(), o);
+  return msa::build_k2q_csr_routed(shape_of(c), in.batch(), in.topk.view(), o, route);
+}
+
+// An arbitrary routing (about half the tiles, seeded): what the planners do with any flags.
+std::vector<std::uint8_t> random_route(const PlanCase& c, const PlanInputs& in, int q_per_tile) {
+  std::vector<std::uint8_t> flags(static_cast<std::size_t>(msa::tiles_per_head(in.total_q, q_per_tile) * c.h_kv));
+  std::mt19937_64 rng(c.seed * 131 + 5);
+  for (auto& f : flags) f = static_cast<std::uint8_t>(rng() % 2);
+  return flags;
+}
+
+// The routing SparsePrefill's plan() makes under PrefillPath::kAuto (the rule's CPU twin).
+std::vector<std::uint8_t> rule_route(const PlanCase& c, const PlanInputs& in) {
+  return msa::route_tiles_host(in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(),
+                               in.k_len.data<std::int32_t>(), static_cast<int>(c.requests.size()), c.h_kv,
+                               in.total_q, c.topk, msa::cuda::union_sm90_queries_per_tile(shape_of(c).group()));
 }
 
 std::tuple<int, int, int, int, int, int> key(const msa::WorkItem& w) {
@@ -333,17 +352,64 @@ TEST_P(K2qDevice, GraphReplayMatchesHostBuilder) {
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
+// Routed rows (flags of an arbitrary routing, tiles of 1, 5 and 16 queries, spanning requests):
+// no edge and split count 1 in both builders, byte for byte.
+TEST_P(K2qDevice, RoutedMatchesHostBuilder) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const PlanCase& c = GetParam();
+  const PlanInputs in = make_inputs(c);
+  for (const int q_per_tile : {1, 5, 16}) {
+    SCOPED_TRACE("q_per_tile " + std::to_string(q_per_tile));
+    const std::vector<std::uint8_t> flags = random_route(c, in, q_per_tile);
+    const msa::K2qCsr host = host_plan(c, in, msa::TileRoute{q_per_tile, flags.data()});
+    if (in.total_q > 0) {  // the routing must matter
+      EXPECT_LT(host.row_ptr[static_cast<std::size_t>(host.total_rows)],
+                host_plan(c, in).row_ptr[static_cast<std::size_t>(host.total_rows)]);
+    }
+    DevicePlan dp(c, in);
+    ASSERT_NE(dp.workspace.get(), nullptr);
+    dp.upload(in);
+    dp.poison();
+    DeviceBuffer d_flags(flags.size());
+    if (!flags.empty()) {
+      CUDA_OK(cudaMemcpy(d_flags.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice));
+    }
+    dp.inputs.union_tile = d_flags.as<std::uint8_t>();
+    dp.inputs.route_q_per_tile = q_per_tile;
+    cudaStream_t stream = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
+    expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes, dp.buffers, stream));
+    CUDA_OK(cudaStreamDestroy(stream));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, K2qDevice, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<PlanCase>& param_info) { return param_info.param.name; });
 
 // The backend path: SparsePrefill on CUDA plans from CPU tensors (staged to the device) and
-// from device tensors with a host bound, and plan_snapshot() equals the host builder.
+// from device tensors with a host bound, and plan_snapshot() equals the host builder given the
+// rule's routing (PrefillPath::kAuto, the default) or none (kBlockMajor).
 TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
   if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::int64_t union_tiles = 0, block_major_tiles = 0;  // the rule must route both ways here
   for (const PlanCase& c : {cases()[2], cases()[7], cases()[9], cases()[11]}) {
     SCOPED_TRACE(c.name);
     const PlanInputs in = make_inputs(c);
-    const msa::K2qCsr host = host_plan(c, in);
+    const std::vector<std::uint8_t> flags = rule_route(c, in);
+    union_tiles += std::count(flags.begin(), flags.end(), 1);
+    block_major_tiles += std::count(flags.begin(), flags.end(), 0);
+    const msa::K2qCsr host =
+        host_plan(c, in, msa::TileRoute{msa::cuda::union_sm90_queries_per_tile(shape_of(c).group()), flags.data()});
+    {
+      msa::Options fixed;
+      fixed.backend = msa::Backend::kCuda;
+      fixed.q_per_item = c.q_per_item;
+      fixed.prefill_path = msa::PrefillPath::kBlockMajor;
+      msa::SparsePrefill op(shape_of(c), fixed);
+      op.plan(in.batch(), in.topk.view());
+      expect_same_plan(host_plan(c, in), op.plan_snapshot());
+    }
     msa::Options o;
     o.backend = msa::Backend::kCuda;
     o.q_per_item = c.q_per_item;
@@ -374,6 +440,8 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     expect_same_plan(host, op.plan_snapshot());
     EXPECT_THROW(op.plan(batch, topk, in.max_k_len + 100000, nullptr), msa::Error);  // too small
   }
+  EXPECT_GT(union_tiles, 0);
+  EXPECT_GT(block_major_tiles, 0);
 }
 
 // Planner time on target-sized problems (graph replays, CUDA events, median of 50). Run with

@@ -2,7 +2,9 @@
 // combine) against the FP64 gather reference on the spec §8 cases: three-part check on out,
 // |err| <= 1e-3 and identical -inf positions on lse, bitwise-identical reruns, and plan() +
 // run() captured in a CUDA graph giving the same bytes. Paged cases hold NaN in every cache
-// slot past a request's k_len (its last page's tail), which no result may depend on.
+// slot past a request's k_len (its last page's tail), which no result may depend on. Every case
+// runs block-major and tile-union; some also on PrefillPath::kAuto, one of them (_mixed) with
+// tiles routed to both kernels in one call.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +18,8 @@
 
 #include "bench/compare.h"
 #include "bench/workload.h"
+#include "core/tile_route.h"
+#include "cuda/prefill/union_sm90/launch.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
 
@@ -57,6 +61,7 @@ struct Case {
   int q_per_item = 64;
   bool adversarial = false;  // sprinkle -1, duplicates and out-of-range ids into the rows
   msa::PrefillPath path = msa::PrefillPath::kBlockMajor;
+  bool mixed_route = false;  // PrefillPath::kAuto must route tiles both ways (checked)
 };
 // Test names in CTest and gtest output: the case name, not the struct bytes.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -93,6 +98,11 @@ std::vector<Case> cases() {
   c.push_back({"batch300", spec_of(16, 2, 8, 32, many, Selection::kRandom, 10)});
   c.push_back({"page128_g3_random", spec_of(12, 4, 16, 128, chunked, Selection::kRandom, 12)});
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
+  // Random picks among 32..36 visible blocks (request 0) route to the block-major kernel,
+  // among <= 8 (request 1) to the tile-union kernel: PrefillPath::kAuto runs both in one call.
+  Case mixed{"page128_g16_random_mixed", spec_of(16, 1, 16, 128, {{512, 4608}, {300, 900}}, Selection::kRandom, 13)};
+  mixed.mixed_route = true;
+  c.push_back(mixed);
   // Every case again on the tile-union path (tiles that span requests: chunked, batch300), and
   // some on the automatic choice (tile-shared picks the union path, random block-major).
   const std::size_t block_major = c.size();
@@ -161,6 +171,15 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   if (c.adversarial) make_adversarial(w.topk, c.spec.seed);
   if (c.spec.page_size > 0) poison_cache_tail(w);
   const auto& s = c.spec.shape;
+  if (c.mixed_route) {
+    const std::vector<std::uint8_t> route = msa::route_tiles_host(
+        w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
+        static_cast<int>(c.spec.requests.size()), s.h_kv, w.total_q, s.topk,
+        msa::cuda::union_sm90_queries_per_tile(s.group()));
+    const auto union_tiles = std::count(route.begin(), route.end(), 1);
+    EXPECT_GT(union_tiles, 0) << c.name;
+    EXPECT_LT(union_tiles, static_cast<std::ptrdiff_t>(route.size())) << c.name;
+  }
 
   // FP64 oracle on the CPU.
   HostTensor ref_out(msa::DType::kBF16, {w.total_q, s.h_q, s.d}), ref_lse(msa::DType::kFP32, {w.total_q, s.h_q});

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <string>
 
-#include "core/union_stats.h"
 #include "cuda/common/check.h"
 #include "msa/error.h"
 
@@ -70,9 +69,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   const std::int64_t q = row / p.h_q;
   const int h = static_cast<int>(row - q * p.h_q);
   const int h_kv = p.h_q / p.group;
-  const bool one_slot = p.split_counts == nullptr ||
-                        (p.auto_stats != nullptr && union_path_wins(p.auto_stats[0], p.auto_stats[1]));
-  const int n = one_slot ? 1 : min(max(p.split_counts[q * h_kv + h / p.group], 0), p.topk);
+  const int n = p.split_counts == nullptr ? 1 : min(max(p.split_counts[q * h_kv + h / p.group], 0), p.topk);
   const float neg_inf = -__int_as_float(0x7f800000);
   const bool has_sink = p.sinks != nullptr;
   const float sink = has_sink ? p.sinks[h] : neg_inf;

@@ -22,8 +22,6 @@ struct CombineParams {
   int d;                            // 64, 128 or 256
   int topk;                         // slots of o_partial, 1..32
   bool out_fp16;
-  const std::uint64_t* auto_stats;  // [2] of PrefillPath::kAuto; when union_path_wins, every row
-                                    // has exactly slot 0 (split_counts ignored); may be null
 };
 
 }  // namespace msa::cuda

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/tile_route.h"
 #include "cuda/common/check.h"
 
 namespace msa::cuda {
@@ -77,6 +78,9 @@ struct K2qBuildParams {
   const std::int32_t* topk_ids;      // [h_kv, total_q, topk], last dim contiguous
   std::int64_t stride_topk_head;
   std::int64_t stride_topk_token;
+  const std::uint8_t* union_tile;    // [h_kv, route_per_head] or null: rows of flagged tiles
+  int route_q_per_tile;              //   are left out (split count 1, no edge); see TileRoute
+  int route_per_head;
   // outputs
   std::int32_t* row_coords;          // [max_rows, 2]
   std::int32_t* row_ptr;             // [h_kv, max_rows + 1]
@@ -231,13 +235,21 @@ struct PassLane {
   bool seg_head; // slot lane 0 of a real query: writes split_counts
 };
 
-// This lane's raw id of the pass starting at query q0 (-1 outside the unit or the row).
-__device__ __forceinline__ int load_pass_id(const K2qBuildParams& p, const std::int32_t* g_topk_head,
+// Whether (query q, KV head h) is routed to the tile-union kernel (PrefillPath::kAuto).
+__device__ __forceinline__ bool routed_row(const K2qBuildParams& p, int h, int q) {
+  return p.union_tile != nullptr &&
+         p.union_tile[static_cast<std::int64_t>(h) * p.route_per_head + q / p.route_q_per_tile] != 0;
+}
+
+// This lane's raw id of the pass starting at query q0 (-1 outside the unit or the row, and
+// for a routed row, which has no edge here).
+__device__ __forceinline__ int load_pass_id(const K2qBuildParams& p, const std::int32_t* g_topk_head, int h,
                                             int q0, int q_end, int lane) {
   const int q = q0 + (lane >> p.log_topk_pow2);
   const int s = lane & (p.topk_pow2 - 1);
-  return q < q_end && s < p.topk ? __ldg(g_topk_head + static_cast<std::int64_t>(q) * p.stride_topk_token + s)
-                                 : -1;
+  return q < q_end && s < p.topk && !routed_row(p, h, q)
+             ? __ldg(g_topk_head + static_cast<std::int64_t>(q) * p.stride_topk_token + s)
+             : -1;
 }
 
 __device__ __forceinline__ PassLane analyse_pass(const K2qBuildParams& p, int id, int q0, int q_end,
@@ -288,14 +300,14 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_count_kernel(const K2q
     int ids[kPassBatch];  // loads of kPassBatch passes in flight together
 #pragma unroll
     for (int k = 0; k < kPassBatch; ++k)
-      ids[k] = load_pass_id(p, g_topk_head, q_batch + k * q_per_pass, unit.q_end, lane);
+      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, unit.q_end, lane);
 #pragma unroll
     for (int k = 0; k < kPassBatch; ++k) {
       const int q0 = q_batch + k * q_per_pass;
       if (q0 >= unit.q_end) break;  // warp-uniform
       const PassLane e = analyse_pass(p, ids[k], q0, unit.q_end, unit.blocks, lane);
       if (e.keep) atomicAdd(&s_hist[e.id], 1);
-      if (e.seg_head) p.split_counts[static_cast<std::int64_t>(e.q) * p.h_kv + h] = e.count;
+      if (e.seg_head) p.split_counts[static_cast<std::int64_t>(e.q) * p.h_kv + h] = routed_row(p, h, e.q) ? 1 : e.count;
     }
   }
   __syncwarp();  // shared-memory atomics visible to every lane
@@ -430,7 +442,7 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_scatter_kernel(const K
     int ids[kPassBatch];
 #pragma unroll
     for (int k = 0; k < kPassBatch; ++k)
-      ids[k] = load_pass_id(p, g_topk_head, q_batch + k * q_per_pass, unit.q_end, lane);
+      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, unit.q_end, lane);
 #pragma unroll
     for (int k = 0; k < kPassBatch; ++k) {
       const int q0 = q_batch + k * q_per_pass;
@@ -501,6 +513,9 @@ K2qBuildParams make_params(const K2qDeviceSizes& sizes, const K2qDeviceInputs& i
   p.topk_ids = in.topk;
   p.stride_topk_head = in.stride_topk_head;
   p.stride_topk_token = in.stride_topk_token;
+  p.union_tile = in.union_tile;
+  p.route_q_per_tile = in.union_tile != nullptr ? in.route_q_per_tile : 1;
+  p.route_per_head = in.union_tile != nullptr ? static_cast<int>(tiles_per_head(g.total_q, in.route_q_per_tile)) : 0;
   p.row_coords = out.row_coords;
   p.row_ptr = out.row_ptr;
   p.q_indices = out.q_indices;

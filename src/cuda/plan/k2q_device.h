@@ -1,7 +1,7 @@
 // Device k2q planner (spec §2): the reverse CSR and work list built on the GPU from device
 // cu_seqlens_q / k_len / topk, with no host synchronisation (capturable in a CUDA graph).
 // Byte-identical to the host builder (core/k2q_host.cpp) in row_coords, row_ptr, q_indices,
-// qsplit and split_counts; the same work items as a set.
+// qsplit and split_counts; the same work items as a set (given the same tile routing).
 //
 // Every size comes from host-known bounds (batch, total_q, max_k_len); total_rows is data
 // dependent, so arrays are laid out with capacities and the meaningful part is described
@@ -103,6 +103,10 @@ struct K2qDeviceInputs {
   const std::int32_t* topk;          // [h_kv, total_q, topk]
   std::int64_t stride_topk_head;     // elements
   std::int64_t stride_topk_token;    // elements
+  // PrefillPath::kAuto routing (core/tile_route.h), or null: the rows of flagged tiles get no
+  // edge and split count 1, as build_k2q_csr_routed leaves them.
+  const std::uint8_t* union_tile = nullptr;  // [h_kv, tiles_per_head(total_q, route_q_per_tile)]
+  int route_q_per_tile = 0;                  // 1..16 when union_tile is set
 };
 
 // Enqueues the planner on `stream`: no host synchronisation, no allocation, graph-capturable.

@@ -22,7 +22,6 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "core/union_stats.h"
 #include "cuda/prefill/sm90/config.h"
 #include "cuda/prefill/sm90/epilogue.cuh"
 #include "cuda/prefill/sm90/mainloop.cuh"
@@ -89,7 +88,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
 
   // PDL: the plan (work list, qsplit) may come from the previous kernel in the stream.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if (p.auto_stats != nullptr && union_path_wins(p.auto_stats[0], p.auto_stats[1])) return;  // the union path ran
   const int work_count = *p.work_count;
 
   int item = blockIdx.x;

@@ -48,8 +48,6 @@ struct PrefillParams {
   int group;                        // h_q / h_kv, 1..16
   int topk;
   float scale_log2;                 // softmax scale * log2(e)
-  const std::uint64_t* auto_stats;  // [2] (union blocks, edges) of PrefillPath::kAuto; null:
-                                    // always run, else return at once when union_path_wins
 };
 
 // TMA descriptors the launch builds from PrefillParams (never filled by callers). Both see a

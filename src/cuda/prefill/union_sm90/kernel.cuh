@@ -1,5 +1,5 @@
 // The sm_90a query-major tile-union sparse prefill kernel: a persistent loop over (KV head,
-// query tile) pairs, warp specialised.
+// query tile) pairs (all of them, or the list PrefillPath::kAuto routed here), warp specialised.
 //
 // Producer warpgroup (40 registers):
 //   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
@@ -25,7 +25,6 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
-#include "core/union_stats.h"
 #include "cuda/prefill/union_sm90/epilogue.cuh"
 #include "cuda/prefill/union_sm90/mainloop.cuh"
 
@@ -39,14 +38,23 @@ __device__ __forceinline__ int opaque_tid() {
   return tid;
 }
 
+// The persistent schedule: CTA c runs the tiles at positions c, c + gridDim.x, ... of the
+// list (every tile when there is none). Every role walks the same positions.
+__device__ __forceinline__ int tiles_to_run(const UnionParams& p) {
+  return p.tile_list != nullptr ? min(max(*p.tile_count, 0), static_cast<int>(p.tiles)) : static_cast<int>(p.tiles);
+}
+__device__ __forceinline__ int tile_at(const UnionParams& p, int i) {
+  return p.tile_list != nullptr ? p.tile_list[i] : i;
+}
+
 // Parity of the phase a 2-deep ring or buffer pair is in at its use-th use (counts wrap).
 __device__ __forceinline__ std::uint32_t phase_of(std::uint32_t use) { return (use >> 1) & 1u; }
 
 __device__ __forceinline__ void run_builders(const UnionParams& p, const UnionTma& tma, SharedStorage& smem) {
   int iter = 0;
-  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++iter) {
+  for (int i = blockIdx.x; i < tiles_to_run(p); i += gridDim.x, ++iter) {
     const int buf = iter & 1;
-    const Tile t = make_tile(p, tile);
+    const Tile t = make_tile(p, tile_at(p, i));
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
     const int bt = opaque_tid() - 32;
     build_list(p, t, smem, smem.list[buf], bt);
@@ -60,9 +68,9 @@ __device__ __forceinline__ void run_loader(const UnionParams& p, const UnionTma&
   int iter = 0;
   std::uint32_t use = 0;
   std::uint32_t tail_phase = 0;
-  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++iter) {
+  for (int i = blockIdx.x; i < tiles_to_run(p); i += gridDim.x, ++iter) {
     const int buf = iter & 1;
-    const Tile t = make_tile(p, tile);
+    const Tile t = make_tile(p, tile_at(p, i));
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
     const UnionList& list = smem.list[buf];
     const int n = list.size;
@@ -109,9 +117,9 @@ __device__ __forceinline__ void run_consumers(const UnionParams& p, const UnionT
 
   int iter = 0;
   std::uint32_t use = 0;
-  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++iter) {
+  for (int i = blockIdx.x; i < tiles_to_run(p); i += gridDim.x, ++iter) {
     const int buf = iter & 1;
-    const Tile t = make_tile(p, tile);
+    const Tile t = make_tile(p, tile_at(p, i));
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
     const UnionList& list = smem.list[buf];
     const int n = list.size;
@@ -208,7 +216,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   // PDL: top-k ids and the batch may come from the previous kernel in the stream.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if (p.auto_stats != nullptr && !union_path_wins(p.auto_stats[0], p.auto_stats[1])) return;  // block-major runs
 
   if (tid < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();

@@ -8,6 +8,7 @@
 #include <climits>
 #include <string>
 
+#include "core/tile_route.h"
 #include "cuda/common/check.h"
 #include "cuda/common/tensor_map.h"
 #include "cuda/prefill/union_sm90/kernel.cuh"
@@ -79,7 +80,9 @@ UnionTma make_tma(const UnionParams& p) {
 }  // namespace
 
 int union_sm90_queries_per_tile(int group) {
-  return std::clamp(union_sm90::Traits::kTileM / std::max(group, 1), 1, union_sm90::kMaxQueries);
+  static_assert(union_sm90::Traits::kTileM == 128 && union_sm90::kMaxQueries == 16,
+                "core/tile_route.h's union_queries_per_tile describes this kernel's tile");
+  return union_queries_per_tile(std::max(group, 1));
 }
 
 void launch_union_sm90(const UnionParams& p, int sm_count, cudaStream_t stream) {

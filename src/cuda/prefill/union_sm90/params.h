@@ -12,9 +12,9 @@ namespace msa::cuda {
 
 struct UnionParams {
   // Queries, K/V, batch, sizes and scale as for the KV-block-major kernel; its plan fields
-  // (work, work_count, qsplit) are not read. Every (query, head) row gets its final,
-  // normalised result in slot 0 of o_partial / lse_partial, so the combine (with null
-  // split_counts: one slot per row) applies sinks and writes out / lse.
+  // (work, work_count, qsplit) are not read. Every (query, head) row of a tile it runs gets
+  // its final, normalised result in slot 0 of o_partial / lse_partial, and the combine (split
+  // count 1 for those rows, or null split_counts) applies sinks and writes out / lse.
   PrefillParams attn;
   const std::int32_t* topk;          // [h_kv, total_q, topk], last dim contiguous
   std::int64_t stride_topk_head;
@@ -22,9 +22,9 @@ struct UnionParams {
   std::int64_t kv_rows;              // flat K/V: rows of k and v (k.shape[0]); paged: unused
   int batch;                         // B: cu_seqlens_q has B + 1 entries
   int q_per_tile;                    // queries per M tile (their G heads packed in M)
-  std::int64_t tiles;                // h_kv * ceil(total_q / q_per_tile)
-  const std::uint64_t* auto_stats;   // [2] (union blocks, edges) of PrefillPath::kAuto; null:
-                                     // always run, else return at once unless union_path_wins
+  std::int64_t tiles;                // h_kv * ceil(total_q / q_per_tile), numbered head-major
+  const std::int32_t* tile_list;     // PrefillPath::kAuto: the tiles to run, ascending, the
+  const std::int32_t* tile_count;    //   first *tile_count of [tiles]; null: every tile
 };
 
 // TMA descriptors the launch builds from UnionParams (never filled by callers), all 16-bit

@@ -1,0 +1,56 @@
+// PrefillPath::kAuto: which CUDA prefill path each query tile takes, decided from two counts of
+// the work each path would do for it. The planner decides on the device
+// (src/cuda/plan/tile_route.cu, no host synchronisation); route_tiles_host is its CPU twin
+// (the tests compare the two), and the host k2q builder takes the same routing.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace msa {
+
+// Tiles are those of the tile-union kernel: q_per_tile consecutive packed queries of one KV
+// head (a tile may span requests), numbered head-major: tile = kv_head * tiles_per_head +
+// q / q_per_tile. A tile's union is its set of distinct (request, valid block id) pairs; its
+// edges are the distinct valid ids of its (query, KV head) rows, summed.
+// The tile-union kernel's tile for a GQA group: q_per_tile queries x G heads fill its 128-row
+// M tile, at most 16 queries (the bound of its union list's membership masks).
+constexpr int union_queries_per_tile(int group) {
+  return group >= 128 ? 1 : group <= 8 ? 16 : 128 / group;
+}
+
+constexpr std::int64_t tiles_per_head(std::int64_t total_q, int q_per_tile) {
+  return (total_q + q_per_tile - 1) / q_per_tile;
+}
+
+// The tile-union path loads and multiplies every union block for a whole 128-row tile; the
+// block-major path pays per edge for the Q gather and the partial O written and read back.
+// Measured per call (docs/performance.md, step 8) the union path wins while the union is well
+// below a third of the edges (tile-shared: 1/8, 2.1x faster); at clustered(0.25), just under a
+// third, it is 14% slower, at random 32k (about 0.85) 2x slower. The cut is a quarter.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr bool union_path_wins(std::uint64_t union_blocks, std::uint64_t edges) {
+  return 4 * union_blocks <= edges;
+}
+
+// A routing of the tiles of one problem: union_tile[tile] != 0 sends the tile's (query, KV
+// head) rows to the tile-union kernel; the k2q plan then holds none of their edges and gives
+// them split count 1 (the union kernel writes their whole result into slot 0). Empty (null
+// union_tile): every row is block-major.
+struct TileRoute {
+  int q_per_tile = 0;
+  const std::uint8_t* union_tile = nullptr;  // [h_kv, tiles_per_head(total_q, q_per_tile)]
+  bool routed(int kv_head, std::int64_t q, std::int64_t per_head) const {
+    return union_tile != nullptr && union_tile[kv_head * per_head + q / q_per_tile] != 0;
+  }
+};
+
+// The routing rule (union_path_wins per tile) on the host. topk [h_kv, total_q, topk]
+// contiguous; cu_seqlens_q [batch + 1]; k_len [batch]. Returns [h_kv * tiles_per_head] flags.
+std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
+                                           const std::int32_t* k_len, int batch, int h_kv, std::int64_t total_q,
+                                           int topk_width, int q_per_tile);
+
+}  // namespace msa

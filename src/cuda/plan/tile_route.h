@@ -1,0 +1,43 @@
+// The planner's per-tile routing for PrefillPath::kAuto (rule and CPU twin: core/tile_route.h):
+// one warp per (KV head, query tile) of the tile-union kernel counts the tile's union and its
+// rows' edges and flags the tile when union_path_wins; the flagged tiles are then compacted,
+// ascending, into the list the tile-union kernel walks. Capturable in a CUDA graph; no host
+// synchronisation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace msa::cuda {
+
+struct TileRouteParams {
+  // inputs
+  const std::int32_t* ids;           // [h_kv, total_q, topk], last dim contiguous
+  std::int64_t stride_topk_head;
+  std::int64_t stride_topk_token;
+  const std::int32_t* cu_seqlens_q;  // [batch + 1]
+  const std::int32_t* k_len;         // [batch]
+  int batch;                         // >= 1
+  int h_kv;
+  std::int64_t total_q;
+  int topk;                          // 1..32
+  int q_per_tile;                    // 1..16
+  // outputs
+  std::uint8_t* union_tile;          // [tiles] 1: the tile-union kernel takes the tile
+  std::int32_t* union_list;          // [tiles] the flagged tiles ascending; first *union_count
+  std::int32_t* union_count;         // [1]
+  // scratch
+  void* temp;                        // tile_route_temp_bytes(tiles) bytes
+  std::size_t temp_bytes;
+};
+
+// tiles = h_kv * tiles_per_head(total_q, q_per_tile), < 2^31.
+std::int64_t tile_route_tiles(int h_kv, std::int64_t total_q, int q_per_tile);
+// Scratch of the compaction (a CUB query: needs a CUDA device).
+std::size_t tile_route_temp_bytes(std::int64_t tiles);
+
+void launch_tile_route(const TileRouteParams& p, cudaStream_t stream);
+
+}  // namespace msa::cuda

@@ -1,0 +1,92 @@
+// The CPU twin of the planner's PrefillPath::kAuto routing on hand-computed batches (a tile
+// spanning two requests, duplicates, -1, negative and out-of-range ids), the rule's cut, and
+// the host k2q builder with a routing: routed rows have no edge and split count 1.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/k2q_host.h"
+#include "core/tile_route.h"
+#include "msa/msa.h"
+
+namespace {
+
+TEST(TileRoute, RoutesByUnionAgainstEdgesByHand) {
+  // Request 0: 3 queries, k_len 300 (blocks 0..2); request 1: 2 queries, k_len 130 (0..1).
+  const std::vector<std::int32_t> cu = {0, 3, 5}, k_len = {300, 130};
+  const std::vector<std::int32_t> topk = {
+      0, 0, -1,  // q0: {0}        -> 1 edge
+      1, 2, 5,   // q1: {1, 2}     -> 2 (5 is past request 0's blocks)
+      2, 1, 0,   // q2: {0, 1, 2}  -> 3
+      0, 1, 1,   // q3 (request 1): {0, 1} -> 2
+      1, -7, 0,  // q4 (request 1): {0, 1} -> 2
+  };
+  // Tiles of 4 queries: {q0..q3}: union {(0,0), (0,1), (0,2), (1,0), (1,1)} = 5 > 8 / 4:
+  // block-major; {q4}: union 2 > 2 / 4: block-major.
+  EXPECT_EQ(msa::route_tiles_host(topk.data(), cu.data(), k_len.data(), 2, 1, 5, 3, 4),
+            (std::vector<std::uint8_t>{0, 0}));
+  // The same queries choosing alike: q0..q2 all {0, 1, 2}, q3 and q4 {0, 1}: tile 0 has
+  // union 5 (requests differ) over 3 * 3 + 2 = 11 edges: still block-major; tiles of 2:
+  // {q0, q1} union 3 over 6 edges: block-major; with 12 queries of one request it routes.
+  const std::vector<std::int32_t> alike = {0, 1, 2, 2, 1, 0, 0, 2, 1, 0, 1, -1, 1, 0, -1};
+  EXPECT_EQ(msa::route_tiles_host(alike.data(), cu.data(), k_len.data(), 2, 1, 5, 3, 4),
+            (std::vector<std::uint8_t>{0, 0}));
+  const std::vector<std::int32_t> cu12 = {0, 12}, k_len12 = {300};
+  std::vector<std::int32_t> shared;
+  for (int q = 0; q < 12; ++q) shared.insert(shared.end(), {2, 0, 1});
+  // Tiles of 4: union 3 over 12 edges (a quarter: routed); tiles of 2: 3 over 6 (not).
+  EXPECT_EQ(msa::route_tiles_host(shared.data(), cu12.data(), k_len12.data(), 1, 1, 12, 3, 4),
+            (std::vector<std::uint8_t>{1, 1, 1}));
+  EXPECT_EQ(msa::route_tiles_host(shared.data(), cu12.data(), k_len12.data(), 1, 1, 12, 3, 2),
+            (std::vector<std::uint8_t>(6, 0)));
+}
+
+TEST(TileRoute, Threshold) {
+  EXPECT_TRUE(msa::union_path_wins(16, 128));  // tile-shared: one union for 8 queries x 16 blocks
+  EXPECT_TRUE(msa::union_path_wins(1, 4));
+  EXPECT_FALSE(msa::union_path_wins(2, 7));
+  EXPECT_FALSE(msa::union_path_wins(110, 128));  // random selections at 32k
+  EXPECT_TRUE(msa::union_path_wins(0, 0));       // nothing selected: either path writes zeros
+}
+
+TEST(TileRoute, HostPlannerLeavesRoutedRowsOut) {
+  // One request of 6 queries (k_len 384: blocks 0..2), 2 KV heads, topk 2, tiles of 2 queries.
+  std::vector<std::int32_t> cu = {0, 6}, k_len = {384};
+  std::vector<std::int32_t> ids = {0, 1, 1, 2, 0, 2, 2, -1, 1, 0, 0, 2,   // head 0
+                                   1, 0, 2, 1, 0, 2, 1, -1, 2, 0, 0, 1};  // head 1
+  const msa::VarlenBatch batch{msa::TensorView::contiguous(cu.data(), msa::DType::kInt32, {2}),
+                               msa::TensorView::contiguous(k_len.data(), msa::DType::kInt32, {1})};
+  const auto topk = msa::TensorView::contiguous(ids.data(), msa::DType::kInt32, {2, 6, 2});
+  msa::AttentionShape shape;
+  shape.h_q = 2;
+  shape.h_kv = 2;
+  shape.topk = 2;
+  msa::Options o;
+  o.q_per_item = 64;
+  const std::vector<std::uint8_t> flags = {0, 1, 0,   // head 0: queries 2, 3 routed
+                                           1, 0, 0};  // head 1: queries 0, 1 routed
+  const msa::K2qCsr plain = msa::build_k2q_csr(shape, batch, topk, o);
+  const msa::K2qCsr routed = msa::build_k2q_csr_routed(shape, batch, topk, o, msa::TileRoute{2, flags.data()});
+  ASSERT_EQ(routed.total_rows, 3);
+  // split_counts [q, h]: routed rows 1, others as in the plain plan.
+  const std::vector<std::int32_t> want_counts = {2, 1, 2, 1, 1, 2, 1, 1, 2, 2, 2, 2};
+  EXPECT_EQ(plain.split_counts, (std::vector<std::int32_t>{2, 2, 2, 2, 2, 2, 1, 1, 2, 2, 2, 2}));
+  EXPECT_EQ(routed.split_counts, want_counts);
+  // Head 0 without queries 2, 3: block 0 <- {0, 4, 5}, block 1 <- {0, 1, 4}, block 2 <- {1, 5}.
+  const std::vector<std::int32_t> row_ptr0(routed.row_ptr.begin(), routed.row_ptr.begin() + 4);
+  EXPECT_EQ(row_ptr0, (std::vector<std::int32_t>{0, 3, 6, 8}));
+  const std::vector<std::int32_t> q0(routed.q_indices.begin(), routed.q_indices.begin() + 12);
+  EXPECT_EQ(q0, (std::vector<std::int32_t>{0, 4, 5, 0, 1, 4, 1, 5, -1, -1, -1, -1}));
+  // Head 1 without queries 0, 1: block 0 <- {2, 4, 5}, block 1 <- {3, 5}, block 2 <- {2, 4}.
+  const std::vector<std::int32_t> row_ptr1(routed.row_ptr.begin() + 4, routed.row_ptr.end());
+  EXPECT_EQ(row_ptr1, (std::vector<std::int32_t>{0, 3, 5, 7}));
+  // qsplit keeps each remaining query's slots: query 5 of head 1 has {0, 1}: slots 0 and 1.
+  const std::vector<std::int32_t> qs1(routed.qsplit.begin() + 12, routed.qsplit.begin() + 19);
+  EXPECT_EQ(qs1, (std::vector<std::int32_t>{2, 4, 5, 3, 5 | 1 << 24, 2 | 1 << 24, 4 | 1 << 24}));
+  std::size_t edges = 0;
+  for (const msa::WorkItem& w : routed.work) edges += static_cast<std::size_t>(w.q_count);
+  EXPECT_EQ(edges, 15u);
+}
+
+}  // namespace

@@ -1,0 +1,141 @@
+// The planner's PrefillPath::kAuto tile routing on the device against its CPU twin
+// (core/tile_route): flags and the compacted list on random, tile-shared and clustered
+// selections, chunked batches whose tiles span requests (and empty requests), 300 small
+// requests, rows with invalid and repeated ids, G = 1..16.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/workload.h"
+#include "core/tile_route.h"
+#include "cuda/plan/tile_route.h"
+#include "cuda/prefill/union_sm90/launch.h"
+#include "msa/msa.h"
+
+namespace {
+
+using msa::bench::Request;
+using msa::bench::Selection;
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+enum class Expect { kAny, kAllUnion, kMixed };
+
+struct RouteCase {
+  std::string name;
+  int h_q, h_kv, topk;
+  std::vector<Request> requests;
+  Selection selection;
+  bool adversarial;
+  Expect expect;
+};
+
+std::vector<RouteCase> route_cases() {
+  const std::vector<Request> chunked = {{700, 2000}, {1, 1500}, {0, 300}, {384, 384}, {129, 1300}};
+  std::vector<Request> many;
+  for (int i = 0; i < 300; ++i) many.push_back({1 + (i * 7) % 13, 1 + (i * 7) % 13 + (i * 37) % 500});
+  return {
+      // Random 32k: early tiles (few visible blocks) route to the union kernel, later ones not.
+      {"g16_random", 64, 4, 16, {{32768, 32768}}, Selection::kRandom, false, Expect::kMixed},
+      {"g16_tileshared", 64, 4, 16, {{4096, 4096}}, Selection::kTileShared, false, Expect::kAllUnion},
+      {"g8_clustered_chunked", 16, 2, 16, chunked, Selection::kClustered, false, Expect::kAny},
+      {"g1_topk32_chunked", 4, 4, 32, chunked, Selection::kRandom, true, Expect::kAny},
+      {"g3_batch300", 12, 4, 8, many, Selection::kRandom, true, Expect::kAny},
+  };
+}
+
+class TileRouteCuda : public ::testing::TestWithParam<RouteCase> {};
+
+TEST_P(TileRouteCuda, MatchesHostTwin) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const RouteCase& c = GetParam();
+  msa::bench::WorkloadSpec spec;
+  spec.shape = {.h_q = c.h_q, .h_kv = c.h_kv, .d = 128, .topk = c.topk};
+  spec.requests = c.requests;
+  spec.selection = c.selection;
+  spec.host_values = false;
+  msa::bench::Workload w = msa::bench::make_workload(spec);
+  auto* ids = w.topk.data<std::int32_t>();
+  if (c.adversarial) {  // -1, repeats, negative and out-of-range ids
+    std::mt19937 rng(7);
+    for (std::int64_t i = 0; i < w.topk.numel(); ++i) {
+      const unsigned r = rng() % 8;
+      if (r == 0) ids[i] = -1;
+      else if (r == 1) ids[i] = -5;
+      else if (r == 2) ids[i] = 1 << 20;
+      else if (r == 3 && i % c.topk != 0) ids[i] = ids[i - 1];
+    }
+  }
+  const int batch = static_cast<int>(c.requests.size());
+  const int q_per_tile = msa::cuda::union_sm90_queries_per_tile(c.h_q / c.h_kv);
+  const std::vector<std::uint8_t> want =
+      msa::route_tiles_host(ids, w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), batch, c.h_kv,
+                            w.total_q, c.topk, q_per_tile);
+  const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, w.total_q, q_per_tile);
+  ASSERT_EQ(static_cast<std::int64_t>(want.size()), tiles);
+  std::vector<std::int32_t> want_list;
+  for (std::int64_t t = 0; t < tiles; ++t)
+    if (want[static_cast<std::size_t>(t)] != 0) want_list.push_back(static_cast<std::int32_t>(t));
+  if (c.expect == Expect::kAllUnion) {
+    EXPECT_EQ(want_list.size(), want.size()) << c.name;
+  }
+  if (c.expect == Expect::kMixed) {
+    EXPECT_GT(want_list.size(), 0u) << c.name;
+    EXPECT_LT(want_list.size(), want.size()) << c.name;
+  }
+
+  std::int32_t *d_ids = nullptr, *d_cu = nullptr, *d_klen = nullptr, *d_list = nullptr, *d_count = nullptr;
+  std::uint8_t* d_flags = nullptr;
+  void* d_temp = nullptr;
+  const std::size_t temp_bytes = msa::cuda::tile_route_temp_bytes(tiles);
+  CUDA_OK(cudaMalloc(&d_ids, w.topk.bytes()));
+  CUDA_OK(cudaMalloc(&d_cu, w.cu_seqlens_q.bytes()));
+  CUDA_OK(cudaMalloc(&d_klen, w.k_len.bytes()));
+  CUDA_OK(cudaMalloc(&d_flags, static_cast<std::size_t>(tiles)));
+  CUDA_OK(cudaMalloc(&d_list, static_cast<std::size_t>(tiles) * 4));
+  CUDA_OK(cudaMalloc(&d_count, 4));
+  CUDA_OK(cudaMalloc(&d_temp, temp_bytes));
+  CUDA_OK(cudaMemcpy(d_ids, ids, w.topk.bytes(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_cu, w.cu_seqlens_q.raw(), w.cu_seqlens_q.bytes(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_klen, w.k_len.raw(), w.k_len.bytes(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(d_flags, 0x5a, static_cast<std::size_t>(tiles)));  // every flag must be written
+  CUDA_OK(cudaMemset(d_count, 0xff, 4));
+  msa::cuda::TileRouteParams p{};
+  p.ids = d_ids;
+  p.stride_topk_head = w.total_q * c.topk;
+  p.stride_topk_token = c.topk;
+  p.cu_seqlens_q = d_cu;
+  p.k_len = d_klen;
+  p.batch = batch;
+  p.h_kv = c.h_kv;
+  p.total_q = w.total_q;
+  p.topk = c.topk;
+  p.q_per_tile = q_per_tile;
+  p.union_tile = d_flags;
+  p.union_list = d_list;
+  p.union_count = d_count;
+  p.temp = d_temp;
+  p.temp_bytes = temp_bytes;
+  msa::cuda::launch_tile_route(p, nullptr);
+  std::vector<std::uint8_t> got(static_cast<std::size_t>(tiles));
+  std::int32_t count = -1;
+  CUDA_OK(cudaMemcpy(got.data(), d_flags, got.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&count, d_count, 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, want) << c.name;
+  ASSERT_EQ(count, static_cast<std::int32_t>(want_list.size())) << c.name;
+  std::vector<std::int32_t> list(want_list.size());
+  CUDA_OK(cudaMemcpy(list.data(), d_list, list.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(list, want_list) << c.name;
+  for (void* ptr : {static_cast<void*>(d_ids), static_cast<void*>(d_cu), static_cast<void*>(d_klen),
+                    static_cast<void*>(d_flags), static_cast<void*>(d_list), static_cast<void*>(d_count), d_temp})
+    cudaFree(ptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, TileRouteCuda, ::testing::ValuesIn(route_cases()),
+                         [](const auto& p) { return p.param.name; });
+
+}  // namespace
