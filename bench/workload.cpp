@@ -289,4 +289,24 @@ PrefillArgs Workload::prefill_args(const HostTensor& out, const HostTensor& lse)
   return a;
 }
 
+void poison_cache_tails(Workload& w) {
+  const std::int64_t ps = w.spec.page_size;
+  if (ps <= 0 || !w.spec.host_values) return;
+  const KvCache kv = w.kv();
+  const std::int64_t max_pages = w.page_table.shape()[1];
+  const std::int64_t h_kv = kv.k.shape[1], d = kv.k.shape[3];
+  for (std::size_t b = 0; b < w.spec.requests.size(); ++b) {
+    const std::int64_t k_len = w.spec.requests[b].k_len;
+    for (std::int64_t t = k_len; t < (k_len + ps - 1) / ps * ps; ++t) {
+      const std::int64_t page = w.page_table.data<std::int32_t>()[std::int64_t(b) * max_pages + t / ps];
+      for (std::int64_t h = 0; h < h_kv; ++h)
+        for (std::int64_t i = 0; i < d; ++i) {
+          const std::int64_t off = page * kv.k.stride[0] + h * kv.k.stride[1] + (t % ps) * kv.k.stride[2] + i;
+          w.k.data<std::uint16_t>()[off] = 0x7FC0;  // bf16 / fp16 NaN
+          w.v.data<std::uint16_t>()[off] = 0x7FC0;
+        }
+    }
+  }
+}
+
 }  // namespace msa::bench

@@ -89,6 +89,11 @@ struct Workload {
   PrefillArgs prefill_args(const HostTensor& out, const HostTensor& lse) const;
 };
 
+// Writes NaN into every K/V slot of each request's last page at or past its k_len (paged
+// workloads with host values): memory the spec leaves undefined (stale cache contents), which
+// no result may depend on (P is 0 there, but 0 * NaN is not).
+void poison_cache_tails(Workload& w);
+
 // Builds every tensor from the spec. Values: randn * 0.25 for Q/K/V and the index branch,
 // sinks randn; pages a random permutation of physical ids; unused page-table entries hold
 // random in-range ids.

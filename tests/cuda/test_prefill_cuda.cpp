@@ -140,28 +140,6 @@ void make_adversarial(HostTensor& topk, std::uint64_t seed) {
   }
 }
 
-// Writes NaN into every K/V slot of a request's last page at or past its k_len: memory the
-// spec leaves undefined (stale cache contents), which no result may depend on (P is 0 there,
-// but 0 * NaN is not).
-void poison_cache_tail(Workload& w) {
-  const msa::KvCache kv = w.kv();
-  const std::int64_t ps = w.spec.page_size;
-  const std::int64_t max_pages = w.page_table.shape()[1];
-  const std::int64_t h_kv = kv.k.shape[1], d = kv.k.shape[3];
-  for (std::size_t b = 0; b < w.spec.requests.size(); ++b) {
-    const std::int64_t k_len = w.spec.requests[b].k_len;
-    for (std::int64_t t = k_len; t < (k_len + ps - 1) / ps * ps; ++t) {
-      const std::int64_t page = w.page_table.data<std::int32_t>()[std::int64_t(b) * max_pages + t / ps];
-      for (std::int64_t h = 0; h < h_kv; ++h)
-        for (std::int64_t i = 0; i < d; ++i) {
-          const std::int64_t off = page * kv.k.stride[0] + h * kv.k.stride[1] + (t % ps) * kv.k.stride[2] + i;
-          w.k.data<std::uint16_t>()[off] = 0x7FC0;  // bf16 quiet NaN
-          w.v.data<std::uint16_t>()[off] = 0x7FC0;
-        }
-    }
-  }
-}
-
 class PrefillCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
@@ -169,7 +147,7 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   const Case& c = GetParam();
   Workload w = msa::bench::make_workload(c.spec);
   if (c.adversarial) make_adversarial(w.topk, c.spec.seed);
-  if (c.spec.page_size > 0) poison_cache_tail(w);
+  if (c.spec.page_size > 0) msa::bench::poison_cache_tails(w);
   const auto& s = c.spec.shape;
   if (c.mixed_route) {
     const std::vector<std::uint8_t> route = msa::route_tiles_host(

@@ -1,6 +1,7 @@
 // The sm_90a KV-block-major prefill kernel alone: seeded workloads, the host plan, the
 // kernel launched directly, and every (slot, query, head) partial it must write compared with
 // an FP64 recomputation over that one block; every other output entry must stay untouched.
+// Paged cases hold NaN in every cache slot past a request's k_len.
 //
 // The plan comes from the host k2q builder (msa::build_k2q_csr), tested on its own in
 // tests/cpu/test_planner.cpp.
@@ -133,6 +134,7 @@ TEST_P(PrefillKernel, MatchesFp64PerBlock) {
         }
   }
 
+  msa::bench::poison_cache_tails(w);  // NaN past each k_len in its last page: never read into a result
   const TestPlan plan = build_plan(w, c.q_per_item, c.seed);
   const int work_count = static_cast<int>(plan.work.size() / 6);
   ASSERT_GT(work_count, 0);
