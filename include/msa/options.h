@@ -29,9 +29,7 @@ enum class PrefillPath : std::uint8_t {
   // tile, one KV head) whose union of blocks is at most a quarter of its queries' edges goes to
   // the tile-union kernel, the rest to the block-major kernel; run() launches both, each on
   // its share. No host synchronisation, and run() stays capturable. The default. The plan
-  // (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1. run()
-  // throws msa::Error, touching no output, for tensors the tile-union kernel cannot take
-  // (strides TMA cannot describe); kBlockMajor takes those.
+  // (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1.
   kAuto,
 };
 const char* prefill_path_name(PrefillPath p);

@@ -308,6 +308,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       p.stride_kv_head = k.stride[1];
       p.stride_kv_token = k.stride[0];
       p.num_pages = 0;
+      p.kv_rows = k.dim(0);
       p.page_size = 0;
       p.page_table = nullptr;
       p.stride_page_table = 0;
@@ -328,6 +329,8 @@ class PrefillCuda final : public SparsePrefill::Impl {
     p.topk = shape.topk;
     p.scale_log2 = shape.softmax_scale() * 1.4426950408889634f;
     // kTileUnion: the union kernel alone, every tile. kBlockMajor: the block-major kernel alone.
+    // Both kernels take the same tensors (TMA descriptors of q, k, v, o_partial): a launch that
+    // throws does so before anything is launched, so no output is touched.
     // kAuto (routed in plan()): the union kernel takes the tiles on the plan's list, the
     // block-major kernel the plan's work items, which leave those tiles' rows out; the two write
     // disjoint rows, and the combine merges each row's slots (one for a union row).
@@ -341,22 +344,12 @@ class PrefillCuda final : public SparsePrefill::Impl {
       u.topk = a.topk.ptr<const std::int32_t>();
       u.stride_topk_head = a.topk.stride[0];
       u.stride_topk_token = a.topk.stride[1];
-      u.kv_rows = a.kv.paged() ? 0 : k.dim(0);
       u.batch = static_cast<int>(planned_batch_);
       u.q_per_tile = union_sm90_queries_per_tile(shape.group());
       u.tiles = std::int64_t(shape.h_kv) * ((planned_total_q_ + u.q_per_tile - 1) / u.q_per_tile);
       u.tile_list = path == PrefillPath::kAuto ? ws_.union_list : nullptr;
       u.tile_count = path == PrefillPath::kAuto ? ws_.union_count : nullptr;
-      try {
-        launch_union_sm90(u, sm_count_, stream);  // throws before launching when unsupported
-      } catch (const Error& e) {
-        if (path == PrefillPath::kTileUnion) throw;
-        // Nothing is launched yet, so no output is touched; the plan holds no edges of the
-        // routed tiles, so the block-major kernel alone cannot stand in.
-        throw Error(e.argument(), e.value(),
-                    e.message() + " (PrefillPath::kAuto routes tiles to the tile-union kernel; "
-                                  "plan with PrefillPath::kBlockMajor for these tensors)");
-      }
+      launch_union_sm90(u, sm_count_, stream);  // throws before launching when unsupported
     }
     if (path != PrefillPath::kTileUnion) launch_prefill_sm90(p, sm_count_ * prefill_sm90_ctas_per_sm(), stream);
 

@@ -170,6 +170,7 @@ TEST_P(PrefillKernel, MatchesFp64PerBlock) {
   } else {
     p.stride_kv_token = kv.k.stride[0];
     p.stride_kv_head = kv.k.stride[1];
+    p.kv_rows = w.k.shape()[0];
     p.cu_seqlens_k = static_cast<const std::int32_t*>(d_cuk.ptr);
   }
   p.cu_seqlens_q = static_cast<const std::int32_t*>(d_cuq.ptr);

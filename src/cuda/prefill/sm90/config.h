@@ -1,6 +1,7 @@
-// Compile-time traits of the sm_90a KV-block-major sparse prefill kernel: tile sizes, the
-// WGMMA tiled MMAs, the swizzled shared-memory layouts, the shared-memory plan and the
-// named-barrier ids. One instance per (element type, head dim); see launch.cu.
+// Compile-time traits of the sm_90a sparse prefill kernels (KV-block-major here, the tile-union
+// kernel in ../union_sm90 shares them): tile sizes, the WGMMA tiled MMAs, the swizzled
+// shared-memory layouts, the thread roles, the block-major shared-memory plan and the
+// named-barrier ids.
 #pragma once
 
 #include <cstddef>
@@ -20,8 +21,8 @@ struct RowInfo {
   std::int32_t key_limit;  // visible keys are tokens [0, key_limit) of the block, 0..128
 };
 
-// kWarpgroups_: warpgroups per CTA, each computing 64 rows of the M tile. The KV-block-major
-// kernel uses one (see kKvMajorWarpgroups); the query-major union kernel two.
+// kWarpgroups_: warpgroups per CTA, each computing 64 rows of the M tile (both kernels use
+// two: TmaTraits below).
 template <class Element_, int kHeadDim_, int kWarpgroups_>
 struct Traits {
   using Element = Element_;
@@ -30,12 +31,7 @@ struct Traits {
   static constexpr int kWarpgroups = kWarpgroups_;
   static constexpr int kThreads = kWarpgroups * 128;
   static constexpr int kTileM = kWarpgroups * 64;  // packed (query, head) rows per M tile
-  static constexpr int kChunkElems = 16 / sizeof(Element);       // one 16-byte cp.async
-  static constexpr int kChunksPerRow = kHeadDim / kChunkElems;   // 16 for D = 128
-  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // rows one load pass covers
   static_assert(kHeadDim % 64 == 0, "128-byte swizzle atoms need D a multiple of 64 (bf16)");
-  static_assert(kThreads % kChunksPerRow == 0 && kBlockN % kRowsPerPass == 0 &&
-                kTileM % kRowsPerPass == 0);
 
   // S = Q K^T: A = Q [M, D] and B = K [N = token, D] both K-major in shared memory.
   using MmaQK = decltype(cute::make_tiled_mma(
@@ -44,21 +40,19 @@ struct Traits {
                                  cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       cute::Layout<cute::Shape<cute::Int<kWarpgroups>, cute::_1, cute::_1>>{}));
   // O = P V: A = P from registers (the S accumulator re-typed), B = V seen as [N = d, K = token]
-  // with d contiguous, i.e. MN-major; WGMMA transposes it through the descriptor.
+  // with d contiguous, i.e. MN-major; WGMMA transposes it through the descriptor (the layout:
+  // TmaTraits::SmemLayoutV).
   using MmaPV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float,
                                  cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::_16>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::Int<kWarpgroups>, cute::_1, cute::_1>>{}));
 
-  // Shared-memory layouts (element offsets, 128-byte swizzle): Q and K as [row, d] K-major;
-  // V as [d, token] MN-major over the same [token][d] bytes a row-wise copy writes.
+  // Shared-memory layouts (element offsets, 128-byte swizzle): Q and K as [row, d] K-major.
   using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
                                                    cute::Shape<cute::Int<kTileM>, cute::Int<kHeadDim>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
                                                    cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutV = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
-                                                   cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}));
 
   // TMA boxes of Q and O are 64 columns (128 bytes, one swizzle row) wide and start at row r of
   // column half c, unswizzled element offset c * kTileM * 64 + r * 64 of the Q tile: the
@@ -71,35 +65,58 @@ struct Traits {
                     SmemLayoutQ{}.layout_b()(0, kBoxCols) == q_box_offset(0, 1),
                 "the Q tile is not laid out as column halves of kTileM swizzled 128-byte rows");
 
-  // The shared-memory plan (99 KB with alignment: two CTAs per SM). Loads run one step
-  // ahead of the math, where a step is one M tile of one item: Q is double buffered; K and V
-  // are single buffered (a second pair would not leave room for two CTAs), so the next
-  // item's K/V is loaded once the current item's last tile has read them. The epilogue
-  // stages each warpgroup's O rows in its own (already consumed) part of the current Q buffer.
-  struct SharedStorage {
-    alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];  // [token, d] swizzled
-    alignas(1024) Element v[cute::cosize_v<SmemLayoutV>];  // [token, d] swizzled
-    alignas(1024) Element q[2][cute::cosize_v<SmemLayoutQ>];  // [row, d] swizzled, then O
-    alignas(16) RowInfo rows[2][kTileM];                       // facts of each Q buffer's rows
-    alignas(8) std::uint64_t q_full[2];  // mbarrier per Q buffer: its TMA gather has landed
-  };
-  // Dynamic shared memory is only promised 16-byte alignment; the kernel rounds its base up
-  // to the 1024 bytes that 128-byte swizzle atoms need.
-  static constexpr std::size_t kSmemBytes = sizeof(SharedStorage) + 1024;
-  // CTAs the plan lets share an SM (228 KB of shared memory, 1 KB reserved per CTA); the
-  // launch bounds ask ptxas to keep registers within that many CTAs' share.
-  static constexpr int kCtasPerSm = 2 * (kSmemBytes + 1024) <= 228 * 1024 ? 2 : 1;
 };
 
-// Named barriers (id 0 is __syncthreads). Each warpgroup syncs its own epilogue alone.
-enum class NamedBarrier : int {
-  kEpilogueWg0 = 1,  // + warpgroup index
+// The two-warpgroup instance with K and V both written by TMA as [token, d] 128-byte-swizzled
+// rows (column halves of 128 rows each); P V reads V's bytes through a transposed (d, token)
+// view, MN-major for WGMMA. Both sm_90a prefill kernels use it.
+struct TmaTraits : Traits<cute::bfloat16_t, 128, 2> {
+  using Base = Traits<cute::bfloat16_t, 128, 2>;
+  using SmemLayoutV = decltype(cute::composition(
+      Base::SmemLayoutK{},
+      cute::Layout<cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>, cute::Stride<cute::Int<kBlockN>, cute::_1>>{}));
+  // Element offset of token row t of column half c in a K or V buffer (where a TMA box of
+  // rows starting at t lands; t a multiple of 8 keeps the swizzle phase).
+  static __host__ __device__ constexpr int kv_box_offset(int t, int c) { return c * kBlockN * kBoxCols + t * kBoxCols; }
+};
+static_assert(TmaTraits::SmemLayoutK{}.layout_b()(8, 0) == TmaTraits::kv_box_offset(8, 0) &&
+                  TmaTraits::SmemLayoutK{}.layout_b()(0, TmaTraits::kBoxCols) == TmaTraits::kv_box_offset(0, 1),
+              "the K tile is not laid out as column halves of 128 swizzled 128-byte rows");
+
+// Threads of both kernels: warpgroup 0 is the producer (warp 0 loads K/V with TMA, warps 1-3
+// prepare and gather Q tiles), warpgroups 1 and 2 are the consumers, 64 rows of the M tile each.
+constexpr int kThreads = 3 * 128;
+constexpr int kConsumerThreads = 2 * 128;
+constexpr int kBuilderThreads = 96;
+// Registers after setmaxnreg: 2 x 128 x 232 + 128 x 40 = 64,512 of the SM's 65,536.
+constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 40;
+constexpr int kStages = 2;  // K and V ring depth
+
+// Named barriers (0 is __syncthreads, unused after the prologue).
+enum Barrier : int {
+  kBuilders = 1,     // the 96 builder threads
+  kTurn0 = 2,        // + consumer warpgroup: its turn to issue WGMMAs (256 threads)
+  kEpilogue0 = 4,    // + consumer warpgroup: its staged O rows are complete (128 threads)
 };
 
-// One warpgroup of 64 rows per M tile keeps a KV-block-major CTA at half an SM's registers and
-// shared memory, so two CTAs share each SM and one's loads and barriers overlap the other's
-// math (measured on H100: 4% faster than one CTA of two warpgroups at S = 32k random top-16).
-constexpr int kKvMajorWarpgroups = 1;
-using TraitsBf16D128 = Traits<cute::bfloat16_t, 128, kKvMajorWarpgroups>;
+// The KV-block-major kernel's shared memory: a 2-stage K and V ring (one stage per work
+// item), and per M tile (a step) a Q buffer (later the staged O) with its rows' facts,
+// double buffered.
+struct SharedStorage {
+  using Element = TmaTraits::Element;
+  alignas(1024) Element k[kStages][cute::cosize_v<TmaTraits::SmemLayoutK>];  // [token, d] swizzled
+  alignas(1024) Element v[kStages][cute::cosize_v<TmaTraits::SmemLayoutK>];  // [token, d] swizzled
+  alignas(1024) Element q[2][cute::cosize_v<TmaTraits::SmemLayoutQ>];        // [row, d], then O
+  RowInfo rows[2][TmaTraits::kTileM];
+  alignas(8) std::uint64_t k_full[kStages], k_empty[kStages];
+  std::uint64_t v_full[kStages], v_empty[kStages];
+  std::uint64_t q_full[2], q_empty[2];
+  std::uint64_t v_tail;  // the loader's own barrier for V blocks it must zero-fill past k_len
+};
+// Dynamic shared memory is only promised 16-byte alignment; the kernel rounds its base up to
+// the 1024 bytes that 128-byte swizzle atoms need.
+constexpr std::size_t kSmemBytes = sizeof(SharedStorage) + 1024;
+static_assert(kSmemBytes <= 227 * 1024, "shared memory plan exceeds the sm_90 limit");
 
 }  // namespace msa::cuda::prefill_sm90

@@ -1,26 +1,31 @@
-// The sm_90a KV-block-major sparse prefill kernel: a persistent loop over work items; per
-// item the block's K/V is loaded once and stays resident while the item's M tiles of packed
-// (query, head) rows stream through a double-buffered Q gather.
+// The sm_90a KV-block-major sparse prefill kernel: a persistent loop over work items (CTA c
+// takes items c, c + gridDim.x, ... below *work_count), warp specialised like the tile-union
+// kernel (FlashAttention-3 structure). A step is one 128-row M tile of an item against the
+// item's block; an item has ceil(q_count * G / 128) steps.
 //
-// Roles: one warpgroup that loads (K/V: cp.async, every thread; Q: TMA, one thread per query
-// box), computes (64 rows of the M tile) and stores (TMA, one thread per query box). No
-// producer warpgroup: loads are issued between math phases and run one step ahead, a step
-// being one M tile of one item.
+// Producer warpgroup (40 registers):
+//   - the loader (warp 0) streams each item's K and V block with TMA into 2-stage rings (one
+//     stage per item, so the next item's block loads while this one computes), and zeroes the
+//     V rows past k_len of a request's last block (stale cache memory may hold NaN);
+//   - three builder warps prepare each step's Q buffer: the rows' facts (query, head, slot,
+//     visible keys) from the plan's qsplit words, loaded a step ahead, and one TMA box per
+//     query (its G head rows); Q buffers and their facts are double buffered.
+// Consumer warpgroups 1 and 2 (232 registers), 64 rows each: S = Q K^T, the one-pass softmax,
+// O = P V and the epilogue (normalised partial and LSE into the row's slot). A named-barrier
+// turn makes the two warpgroups alternate their WGMMA issue, so one's softmax and epilogue run
+// while the other's GEMMs occupy the tensor cores.
 //
-// Pipeline: the CTA's steps form one stream across its items. Each step's loads are issued
-// during the previous step (Q of the next tile; at an item's last tile Q tile 0 of the next
-// item and, once that tile's P V has read V, the next item's K + V), so every step starts
-// with wait_group 0 (K/V), the proxy fence (WGMMA reads what cp.async wrote), the wait on the
-// Q buffer's mbarrier and a barrier. That barrier also publishes the RowInfo written with the
-// prefetch and retires the previous step, whose Q buffer the new prefetch then overwrites.
-// K/V is single buffered, so an item's first step waits for its K/V load; the second CTA
-// resident on the SM computes meanwhile.
+// Synchronisation (mbarriers, phase = use count / buffers & 1):
+//   k_full[2], v_full[2] (TMA bytes)    k_empty[2], v_empty[2] (256, after an item's last step)
+//   q_full[2] (96 builder arrivals + TMA bytes)   q_empty[2] (256, after the O stores read it)
+//   v_tail (loader only: the V load of a block it zero-fills)
 #pragma once
 
 #include <cstdint>
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
 
 #include "cuda/prefill/sm90/config.h"
 #include "cuda/prefill/sm90/epilogue.cuh"
@@ -29,117 +34,182 @@
 
 namespace msa::cuda::prefill_sm90 {
 
-// M tiles of an item; an item without rows still takes one (all-padding, writes nothing) step
-// so that the load stream stays one group per step.
-__device__ __forceinline__ int item_tiles(const ItemCoords& it, int tile_m) {
-  return max(1, (it.rows + tile_m - 1) / tile_m);
-}
-
-// Issues the item's K and V block loads (the caller commits the cp.async group).
-template <class Traits>
-__device__ __forceinline__ void load_item_kv(const PrefillParams& p, const ItemCoords& it,
-                                             typename Traits::SharedStorage& smem, int tid) {
-  using Main = Mainloop<Traits>;
-  Main::template load_kv<0>(p, it, smem.k, tid);
-  Main::template load_kv<1>(p, it, smem.v, tid);
-}
-
-// The math of one step (its loads have landed): S, softmax, P V and the epilogue for the
-// warpgroups' rows of M tile q_buf against the item's K/V. `prefetch()` issues the next
-// step's loads while the S WGMMAs run, hiding its dependent plan reads (qsplit, work item);
-// `after_pv()` runs once K and V are no longer read, before the epilogue's stores.
-template <class Traits, class Prefetch, class AfterPv>
-__device__ __forceinline__ void compute_tile(const PrefillParams& p, const PrefillTma& tma,
-                                             typename Traits::SharedStorage& smem, int q_buf,
-                                             int tid, Prefetch&& prefetch,
-                                             AfterPv&& after_pv) {
-  using namespace cute;
-  using Main = Mainloop<Traits>;
-  Tensor acc_s = partition_fragment_C(typename Traits::MmaQK{},
-                                      Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{});
-  Main::gemm_qk(smem.q[q_buf], smem.k, tid, acc_s, prefetch);
-
-  auto frag_p = Main::make_frag_p();
-  float m_scaled[2], row_sum[2];
-  Main::softmax(acc_s, frag_p, smem.rows[q_buf], p.scale_log2, tid, m_scaled, row_sum);
-
-  Tensor acc_o = partition_fragment_C(typename Traits::MmaPV{},
-                                      Shape<Int<Traits::kTileM>, Int<Traits::kHeadDim>>{});
-  Main::gemm_pv(frag_p, smem.v, tid, acc_o);
-  after_pv();
-
-  Epilogue<Traits>::store(p, tma, acc_o, m_scaled, row_sum, smem.q[q_buf], smem.rows[q_buf], tid);
-}
-
-template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
-    prefill_sm90_kernel(const __grid_constant__ PrefillParams p, const __grid_constant__ PrefillTma tma) {
-  using Main = Mainloop<Traits>;
-  extern __shared__ std::uint8_t smem_raw[];
-  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(
-      (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t(1023));
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[0], 1);
-    cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[1], 1);
-    cutlass::arch::fence_barrier_init();  // the TMA unit sees initialised barriers
-  }
-  __syncthreads();
-
-  // PDL: the plan (work list, qsplit) may come from the previous kernel in the stream.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+__device__ __forceinline__ void run_loader(const PrefillParams& p, const PrefillTma& tma, SharedStorage& smem) {
   const int work_count = *p.work_count;
-
-  int item = blockIdx.x;
-  if (item < work_count) {
-    ItemCoords it = load_item(p, item);
-    int q_buf = 0;
-    std::uint32_t phases = 0;  // bit b: parity of the next completion of q_full[b]
-    load_item_kv<Traits>(p, it, smem, tid);
-    cp_async_commit();
-    Main::load_q_tile(p, tma, it, 0, smem.q[q_buf], smem.rows[q_buf], &smem.q_full[q_buf], tid);
-    while (true) {
-      const int tiles = item_tiles(it, Traits::kTileM);
-      const int next_item = item + static_cast<int>(gridDim.x);
-      ItemCoords next{};
-      for (int tile = 0; tile < tiles; ++tile) {
-        cp_async_wait<0>();
-        fence_proxy_async_shared();
-        cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[q_buf], (phases >> q_buf) & 1u);
-        phases ^= 1u << q_buf;
-        __syncthreads();
-        const bool last = tile + 1 == tiles;
-        compute_tile<Traits>(
-            p, tma, smem, q_buf, tid,
-            [&] {
-              if (!last) {
-                Main::load_q_tile(p, tma, it, tile + 1, smem.q[q_buf ^ 1], smem.rows[q_buf ^ 1],
-                                  &smem.q_full[q_buf ^ 1], tid);
-              } else if (next_item < work_count) {
-                next = load_item(p, next_item);
-                // Its K/V follow once K and V are read (below).
-                Main::load_q_tile(p, tma, next, 0, smem.q[q_buf ^ 1], smem.rows[q_buf ^ 1],
-                                  &smem.q_full[q_buf ^ 1], tid);
-              }
-            },
-            [&] {
-              if (last && next_item < work_count) {
-                // Every warp's S and P V WGMMAs have completed: K and V are free.
-                __syncthreads();
-                load_item_kv<Traits>(p, next, smem, tid);
-                cp_async_commit();
-              }
-            });
-        q_buf ^= 1;
-      }
-      if (next_item >= work_count) break;
-      item = next_item;
-      it = next;
+  std::uint32_t use = 0;
+  std::uint32_t tail_phase = 0;
+  for (int item = blockIdx.x; item < work_count; item += gridDim.x, ++use) {
+    const int lane = opaque_tid();
+    const ItemCoords it = load_item(p, item);
+    const int s = static_cast<int>(use & 1u);
+    Barrier64::wait(&smem.k_empty[s], phase_of(use) ^ 1u);
+    if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.k_full[s], kBlockBytes);
+    __syncwarp();
+    load_block(p, &tma.k, tma.kv_box_rows, it.kv_head, it.b, it.block_start, it.k_len, smem.k[s], &smem.k_full[s], lane);
+    Barrier64::wait(&smem.v_empty[s], phase_of(use) ^ 1u);
+    // A whole block below k_len. Tested on the unclamped distance: built as
+    // `it.tokens == 128` (tokens clamped to [0, 128]) this branch was taken for partial blocks
+    // too (a debug build saw tokens = 104 stored and the zero-fill path not run), which the
+    // NaN-tail tests caught.
+    if (it.k_len - it.block_start >= TmaTraits::kBlockN) {
+      if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_full[s], kBlockBytes);
+      __syncwarp();
+      load_block(p, &tma.v, tma.kv_box_rows, it.kv_head, it.b, it.block_start, it.k_len, smem.v[s], &smem.v_full[s], lane);
+    } else {
+      if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_tail, kBlockBytes);
+      __syncwarp();
+      load_block(p, &tma.v, tma.kv_box_rows, it.kv_head, it.b, it.block_start, it.k_len, smem.v[s], &smem.v_tail, lane);
+      Barrier64::wait(&smem.v_tail, tail_phase);
+      tail_phase ^= 1u;
+      zero_tail(smem.v[s], it.tokens, lane);
+      __syncwarp();
+      if (lane == 0) Barrier64::arrive(&smem.v_full[s]);
     }
   }
+}
 
-  // The partials this thread stored with TMA are written before the combine may start.
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+// Builder bt (0..95) owns tile rows bt and bt + 96 (< 128) of every step.
+__device__ __forceinline__ void run_builders(const PrefillParams& p, const PrefillTma& tma, SharedStorage& smem) {
+  const int work_count = *p.work_count;
+  int item = blockIdx.x;
+  if (item >= work_count) return;
+  ItemCoords it = load_item(p, item);
+  int tile = 0;
+  constexpr int kRows = TmaTraits::kTileM;
+  std::uint32_t qs0 = row_qsplit(p, it, opaque_tid() - 32);
+  std::uint32_t qs1 = opaque_tid() - 32 + kBuilderThreads < kRows ? row_qsplit(p, it, opaque_tid() - 32 + kBuilderThreads) : 0u;
+  for (std::uint32_t step = 0;; ++step) {
+    const int bt = opaque_tid() - 32;
+    const int buf = static_cast<int>(step & 1u);
+    Barrier64::wait(&smem.q_empty[buf], phase_of(step) ^ 1u);
+    const int base = tile * kRows;
+    prepare_row(p, tma, it, base + bt, bt, qs0, smem.q[buf], smem.rows[buf], &smem.q_full[buf]);
+    if (bt + kBuilderThreads < kRows)
+      prepare_row(p, tma, it, base + bt + kBuilderThreads, bt + kBuilderThreads, qs1, smem.q[buf], smem.rows[buf],
+                  &smem.q_full[buf]);
+    // Each builder's arrival publishes its row facts; builder 0 also arms the Q bytes (TMA
+    // completions may come first: the transaction count goes negative meanwhile).
+    if (bt == 0) {
+      const int real = max(0, min(kRows, it.rows - base));
+      Barrier64::arrive_and_expect_tx(&smem.q_full[buf],
+                                      static_cast<std::uint32_t>(real * TmaTraits::kHeadDim * sizeof(Element)));
+    } else {
+      Barrier64::arrive(&smem.q_full[buf]);
+    }
+    // The next step, and its qsplit words (their latency hides behind the next wait).
+    if (++tile == item_tiles(it)) {
+      item += gridDim.x;
+      if (item >= work_count) break;
+      it = load_item(p, item);
+      tile = 0;
+    }
+    qs0 = row_qsplit(p, it, tile * kRows + bt);
+    qs1 = bt + kBuilderThreads < kRows ? row_qsplit(p, it, tile * kRows + bt + kBuilderThreads) : 0u;
+  }
+}
+
+__device__ __forceinline__ void run_consumers(const PrefillParams& p, const PrefillTma& tma, SharedStorage& smem,
+                                              int ct) {
+  using namespace cute;
+  const int wg = ct / 128;
+  auto turn_sync = [&] { named_barrier_sync(kTurn0 + wg, kConsumerThreads); };
+  auto turn_pass = [&] { named_barrier_arrive(kTurn0 + (wg ^ 1), kConsumerThreads); };
+  if (wg == 1) turn_pass();  // warpgroup 0 issues first
+
+  typename TmaTraits::MmaQK mma_qk;
+  Tensor tScS = mma_qk.get_slice(ct).partition_C(make_identity_tensor(Shape<Int<TmaTraits::kTileM>, Int<TmaTraits::kBlockN>>{}));
+  int row[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) row[half] = get<0>(tScS(2 * half));
+
+  const int work_count = *p.work_count;
+  std::uint32_t step = 0;
+  std::uint32_t use = 0;
+  int rows = blockIdx.x < work_count ? p.work[std::int64_t(blockIdx.x) * 6 + 3] * p.group : 0;
+  for (int item = blockIdx.x; item < work_count; item += gridDim.x, ++use) {
+    const int s = static_cast<int>(use & 1u);
+    const int tiles = max(1, (rows + TmaTraits::kTileM - 1) / TmaTraits::kTileM);
+    // The next item's row count, read early.
+    const int next = item + static_cast<int>(gridDim.x);
+    rows = next < work_count ? p.work[std::int64_t(next) * 6 + 3] * p.group : 0;
+    for (int tile = 0; tile < tiles; ++tile, ++step) {
+      const int buf = static_cast<int>(step & 1u);
+      const bool last = tile + 1 == tiles;
+      Barrier64::wait(&smem.q_full[buf], phase_of(step));
+      const RowInfo* facts = smem.rows[buf];
+      int key_limit[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) key_limit[half] = facts[row[half]].key_limit;
+
+      Tensor acc_s = partition_fragment_C(TmaTraits::MmaQK{}, Shape<Int<TmaTraits::kTileM>, Int<TmaTraits::kBlockN>>{});
+      Barrier64::wait(&smem.k_full[s], phase_of(use));
+      turn_sync();
+      warpgroup_fence_operand(acc_s);
+      warpgroup_arrive();
+      issue_qk(smem.q[buf], smem.k[s], ct, acc_s);
+      warpgroup_commit_batch();
+      turn_pass();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      if (last) Barrier64::arrive(&smem.k_empty[s]);
+
+      auto frag_p = make_frag_p();
+      float m_scaled[2], row_sum[2];
+      softmax_block(acc_s, frag_p, key_limit, p.scale_log2, ct, m_scaled, row_sum);
+
+      Tensor acc_o = partition_fragment_C(TmaTraits::MmaPV{}, Shape<Int<TmaTraits::kTileM>, Int<TmaTraits::kHeadDim>>{});
+      Barrier64::wait(&smem.v_full[s], phase_of(use));
+      turn_sync();
+      warpgroup_fence_operand(frag_p);
+      warpgroup_fence_operand(acc_o);
+      warpgroup_arrive();
+      issue_pv<false>(frag_p, smem.v[s], ct, acc_o);
+      warpgroup_commit_batch();
+      turn_pass();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      if (last) Barrier64::arrive(&smem.v_empty[s]);
+
+      store_step(p, tma, acc_o, m_scaled, row_sum, smem.q[buf], facts, opaque_tid() - 128);
+      Barrier64::arrive(&smem.q_empty[buf]);
+    }
+  }
+  if (wg == 0) turn_sync();  // the turn warpgroup 1 passed last
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // O stores complete
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_sm90_kernel(const __grid_constant__ PrefillParams p, const __grid_constant__ PrefillTma tma) {
+  extern __shared__ std::uint8_t smem_raw[];
+  auto& smem = *reinterpret_cast<SharedStorage*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                                 ~std::uintptr_t(1023));
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      Barrier64::init(&smem.k_full[i], 1);
+      Barrier64::init(&smem.v_full[i], 1);
+      Barrier64::init(&smem.k_empty[i], kConsumerThreads);
+      Barrier64::init(&smem.v_empty[i], kConsumerThreads);
+    }
+    for (int i = 0; i < 2; ++i) {
+      Barrier64::init(&smem.q_full[i], kBuilderThreads);
+      Barrier64::init(&smem.q_empty[i], kConsumerThreads);
+    }
+    Barrier64::init(&smem.v_tail, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  // PDL: the plan (work list, qsplit) may come from the previous kernel in the stream.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+
+  if (tid < 128) {
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    if (tid < 32) run_loader(p, tma, smem);
+    else run_builders(p, tma, smem);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+    run_consumers(p, tma, smem, tid - 128);
+  }
   // Let the combine kernel launch; it still waits for this grid's writes to be visible.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }

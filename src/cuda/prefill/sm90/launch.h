@@ -12,8 +12,13 @@ namespace msa::cuda {
 // lse_partial for every (query, head) row of every item; other entries are left untouched.
 // Launched with programmatic dependent launch allowed: it waits for the previous kernel's
 // writes before reading anything, and lets the next kernel start early.
-// Throws msa::Error for parameters the kernel does not support (page size, group, head dim).
+// Throws msa::Error for parameters the kernel does not support (page size, group, head dim,
+// strides TMA cannot describe), before launching.
 void launch_prefill_sm90(const PrefillParams& p, int grid_ctas, cudaStream_t stream);
+
+// The TMA descriptors of q, o_partial, k and v (both sm_90a prefill kernels use them). Throws
+// msa::Error naming the tensor when the driver rejects it (alignment, strides).
+PrefillTma make_prefill_tma(const PrefillParams& p);
 
 // Resident CTAs per SM, from the occupancy calculator (the kernel is persistent: grid_ctas =
 // SMs * this saturates the GPU).

@@ -23,6 +23,7 @@ struct PrefillParams {
   std::int64_t stride_kv_head;
   std::int64_t stride_kv_token;
   std::int64_t num_pages;
+  std::int64_t kv_rows;           // flat: rows of k and v (k.shape[0]); paged: unused
   int page_size;                  // 16, 32, 64 or 128; 0 for flat
   const std::int32_t* page_table; // [B, max_pages]; null for flat
   std::int64_t stride_page_table; // row stride of page_table
@@ -50,13 +51,18 @@ struct PrefillParams {
   float scale_log2;                 // softmax scale * log2(e)
 };
 
-// TMA descriptors the launch builds from PrefillParams (never filled by callers). Both see a
-// 16-bit tensor as (d, head, row) with a box of (64, box_rows, 1) and a 128-byte swizzle, so one
-// box is box_rows consecutive heads of one query: the rows of the packed M tile that query owns.
+// TMA descriptors the launch builds from PrefillParams (never filled by callers), all 16-bit
+// with a 128-byte swizzle and boxes 64 columns wide. q and o_partial are seen as (d, head, row)
+// with a box of (64, q_box_rows, 1): one box is q_box_rows consecutive heads of one query, the
+// rows of the packed M tile that query owns. K and V are (d, token in page, kv head, page) with
+// a box of (64, kv_box_rows, 1, 1); flat K/V is one page of all rows.
 struct PrefillTma {
   CUtensorMap q;          // q as [total_q][h_q][d]
   CUtensorMap o_partial;  // o_partial as [topk * total_q][h_q][d]
-  int box_rows;           // group when it divides the 64-row M tile, else 1
+  CUtensorMap k;
+  CUtensorMap v;
+  int q_box_rows;         // group when it divides 64, else 1
+  int kv_box_rows;        // page_size (16..128), or 128 for flat K/V
 };
 
 }  // namespace msa::cuda

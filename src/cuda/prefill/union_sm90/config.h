@@ -14,44 +14,24 @@
 
 namespace msa::cuda::union_sm90 {
 
-// The KV-block-major kernel's MMA atoms and Q/K layouts at two warpgroups. V differs: TMA
-// writes V as [token, d] 128-byte-swizzled rows exactly like K (column halves of 128 rows),
-// and P V reads those bytes through a transposed (d, token) view, MN-major for WGMMA.
-struct Traits : prefill_sm90::Traits<cute::bfloat16_t, 128, 2> {
-  using Base = prefill_sm90::Traits<cute::bfloat16_t, 128, 2>;
-  using SmemLayoutV = decltype(cute::composition(
-      Base::SmemLayoutK{},
-      cute::Layout<cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>, cute::Stride<cute::Int<kBlockN>, cute::_1>>{}));
-  // Element offset of token row t of column half c in a K or V buffer (where a TMA box of
-  // rows starting at t lands; t a multiple of 8 keeps the swizzle phase).
-  static __host__ __device__ constexpr int kv_box_offset(int t, int c) { return c * kBlockN * kBoxCols + t * kBoxCols; }
-};
-static_assert(Traits::SmemLayoutK{}.layout_b()(8, 0) == Traits::kv_box_offset(8, 0) &&
-                  Traits::SmemLayoutK{}.layout_b()(0, Traits::kBoxCols) == Traits::kv_box_offset(0, 1),
-              "the K tile is not laid out as column halves of 128 swizzled 128-byte rows");
-
-// Threads: warpgroup 0 is the producer (warp 0 loads K/V, warps 1-3 build unions and gather Q),
-// warpgroups 1 and 2 are the consumers.
-constexpr int kThreads = 3 * 128;
-constexpr int kConsumerThreads = 2 * 128;
-constexpr int kBuilderThreads = 96;
-// Registers after setmaxnreg: 2 x 128 x 232 + 128 x 40 = 64,512 of the SM's 65,536.
-constexpr int kConsumerRegs = 232;
-constexpr int kProducerRegs = 40;
+// The block-major kernel's traits (two consumer warpgroups, K and V written by TMA) and its
+// thread roles, register split and named-barrier ids (here the builders build union lists).
+using Traits = prefill_sm90::TmaTraits;
+using prefill_sm90::kBuilders;
+using prefill_sm90::kBuilderThreads;
+using prefill_sm90::kConsumerRegs;
+using prefill_sm90::kConsumerThreads;
+using prefill_sm90::kEpilogue0;
+using prefill_sm90::kProducerRegs;
+using prefill_sm90::kStages;
+using prefill_sm90::kThreads;
+using prefill_sm90::kTurn0;
 
 // A tile holds at most this many queries (the membership masks are 32-bit; 16 keeps the
 // entry list of one tile at 512).
 constexpr int kMaxQueries = 16;
 constexpr int kMaxTopk = 32;
 constexpr int kMaxEntries = kMaxQueries * kMaxTopk;
-constexpr int kStages = 2;  // K and V ring depth
-
-// Named barriers (0 is __syncthreads, unused after the prologue).
-enum Barrier : int {
-  kBuilders = 1,     // the 96 builder threads
-  kTurn0 = 2,        // + consumer warpgroup: its turn to issue WGMMAs (256 threads)
-  kEpilogue0 = 4,    // + consumer warpgroup: its staged O rows are complete (128 threads)
-};
 
 // One tile's union, written by the builders and read by the loader and the consumers.
 struct UnionList {

@@ -20,7 +20,7 @@
 namespace msa::cuda::union_sm90 {
 
 template <class AccO>
-__device__ __forceinline__ void store_tile(const UnionParams& p, const UnionTma& tma, const Tile& t, AccO& acc_o,
+__device__ __forceinline__ void store_tile(const UnionParams& p, const PrefillTma& tma, const Tile& t, AccO& acc_o,
                                            const SoftmaxState& st, Element* so, int ct) {
   using namespace cute;
   typename Traits::MmaPV mma;
@@ -57,7 +57,7 @@ __device__ __forceinline__ void store_tile(const UnionParams& p, const UnionTma&
     const int h = t.kv_head * group + (r - qi * group);
 #pragma unroll
     for (int c = 0; c < Traits::kColHalves; ++c)
-      cute::SM90_TMA_STORE_3D::copy(&tma.o, so + Traits::q_box_offset(r, c), c * Traits::kBoxCols, h, t.q0 + qi);
+      cute::SM90_TMA_STORE_3D::copy(&tma.o_partial, so + Traits::q_box_offset(r, c), c * Traits::kBoxCols, h, t.q0 + qi);
     cute::tma_store_arrive();
     cute::tma_store_wait<0>();  // shared memory read: the buffer may be refilled
   }

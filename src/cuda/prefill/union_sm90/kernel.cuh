@@ -30,14 +30,6 @@
 
 namespace msa::cuda::union_sm90 {
 
-// threadIdx.x, opaque to the compiler: values derived from it are recomputed where used
-// instead of being hoisted out of the persistent loop and kept live (or spilled) across it.
-__device__ __forceinline__ int opaque_tid() {
-  int tid;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
-  return tid;
-}
-
 // The persistent schedule: CTA c runs the tiles at positions c, c + gridDim.x, ... of the
 // list (every tile when there is none). Every role walks the same positions.
 __device__ __forceinline__ int tiles_to_run(const UnionParams& p) {
@@ -47,10 +39,7 @@ __device__ __forceinline__ int tile_at(const UnionParams& p, int i) {
   return p.tile_list != nullptr ? p.tile_list[i] : i;
 }
 
-// Parity of the phase a 2-deep ring or buffer pair is in at its use-th use (counts wrap).
-__device__ __forceinline__ std::uint32_t phase_of(std::uint32_t use) { return (use >> 1) & 1u; }
-
-__device__ __forceinline__ void run_builders(const UnionParams& p, const UnionTma& tma, SharedStorage& smem) {
+__device__ __forceinline__ void run_builders(const UnionParams& p, const PrefillTma& tma, SharedStorage& smem) {
   int iter = 0;
   for (int i = blockIdx.x; i < tiles_to_run(p); i += gridDim.x, ++iter) {
     const int buf = iter & 1;
@@ -64,7 +53,7 @@ __device__ __forceinline__ void run_builders(const UnionParams& p, const UnionTm
   }
 }
 
-__device__ __forceinline__ void run_loader(const UnionParams& p, const UnionTma& tma, SharedStorage& smem) {
+__device__ __forceinline__ void run_loader(const UnionParams& p, const PrefillTma& tma, SharedStorage& smem) {
   int iter = 0;
   std::uint32_t use = 0;
   std::uint32_t tail_phase = 0;
@@ -81,16 +70,16 @@ __device__ __forceinline__ void run_loader(const UnionParams& p, const UnionTma&
       Barrier64::wait(&smem.k_empty[s], phase_of(use) ^ 1u);
       if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.k_full[s], kBlockBytes);
       __syncwarp();
-      load_block(p, &tma.k, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.k[s], &smem.k_full[s], lane);
+      load_block(p.attn, &tma.k, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.k[s], &smem.k_full[s], lane);
       Barrier64::wait(&smem.v_empty[s], phase_of(use) ^ 1u);
-      if (e.tokens == Traits::kBlockN) {
+      if (e.k_len - e.block_start >= Traits::kBlockN) {  // as the block-major loader tests it
         if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_full[s], kBlockBytes);
         __syncwarp();
-        load_block(p, &tma.v, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.v[s], &smem.v_full[s], lane);
+        load_block(p.attn, &tma.v, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.v[s], &smem.v_full[s], lane);
       } else {
         if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_tail, kBlockBytes);
         __syncwarp();
-        load_block(p, &tma.v, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.v[s], &smem.v_tail, lane);
+        load_block(p.attn, &tma.v, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.v[s], &smem.v_tail, lane);
         Barrier64::wait(&smem.v_tail, tail_phase);
         tail_phase ^= 1u;
         zero_tail(smem.v[s], e.tokens, lane);
@@ -101,7 +90,7 @@ __device__ __forceinline__ void run_loader(const UnionParams& p, const UnionTma&
   }
 }
 
-__device__ __forceinline__ void run_consumers(const UnionParams& p, const UnionTma& tma, SharedStorage& smem, int ct) {
+__device__ __forceinline__ void run_consumers(const UnionParams& p, const PrefillTma& tma, SharedStorage& smem, int ct) {
   using namespace cute;
   const int wg = ct / 128;
   const int group = p.attn.group;
@@ -148,7 +137,7 @@ __device__ __forceinline__ void run_consumers(const UnionParams& p, const UnionT
 
     if (n > 0) {
       Tensor acc_s = partition_fragment_C(Traits::MmaQK{}, Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{});
-      auto frag_p = prefill_sm90::Mainloop<Traits>::make_frag_p();
+      auto frag_p = make_frag_p();
       // Phase u: S(u) (u < n) and P(u-1) V(u-1) (u > 0) in one WGMMA batch, then the softmax
       // of S(u). The three shapes are separate straight-line code (no WGMMA under a branch).
       auto phase = [&](auto with_qk, auto with_pv, int u) {
@@ -164,7 +153,7 @@ __device__ __forceinline__ void run_consumers(const UnionParams& p, const UnionT
         warpgroup_fence_operand(frag_p);
         warpgroup_arrive();
         if constexpr (kQk) issue_qk(sq, smem.k[s], ct, acc_s);
-        if constexpr (kPv) issue_pv(frag_p, smem.v[sp], ct, acc_o);
+        if constexpr (kPv) issue_pv<true>(frag_p, smem.v[sp], ct, acc_o);
         warpgroup_commit_batch();
         turn_pass();
         warpgroup_wait<0>();
@@ -192,7 +181,7 @@ __device__ __forceinline__ void run_consumers(const UnionParams& p, const UnionT
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
-    union_sm90_kernel(const __grid_constant__ UnionParams p, const __grid_constant__ UnionTma tma) {
+    union_sm90_kernel(const __grid_constant__ UnionParams p, const __grid_constant__ PrefillTma tma) {
   extern __shared__ std::uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<SharedStorage*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
                                                  ~std::uintptr_t(1023));

@@ -19,23 +19,28 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/prefill/sm90/mainloop.cuh"
+#include "cuda/prefill/sm90/params.h"
 #include "cuda/prefill/union_sm90/config.h"
 #include "cuda/prefill/union_sm90/params.h"
 
 namespace msa::cuda::union_sm90 {
 
+using prefill_sm90::Barrier64;
+using prefill_sm90::Element;
 using prefill_sm90::fast_exp2;
+using prefill_sm90::issue_pv;
+using prefill_sm90::issue_qk;
+using prefill_sm90::kBlockBytes;
+using prefill_sm90::load_block;
+using prefill_sm90::make_frag_p;
+using prefill_sm90::mask_keys;
+using prefill_sm90::named_barrier_arrive;
 using prefill_sm90::named_barrier_sync;
+using prefill_sm90::opaque_tid;
+using prefill_sm90::phase_of;
 using prefill_sm90::quad_max;
 using prefill_sm90::quad_sum;
-using Barrier64 = cutlass::arch::ClusterTransactionBarrier;
-using Element = Traits::Element;
-
-constexpr std::uint32_t kBlockBytes = Traits::kBlockN * Traits::kHeadDim * sizeof(Element);  // one K or V block
-
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
+using prefill_sm90::zero_tail;
 
 // Queries [q0, q0 + nq) of one KV head: the tile-th (KV head, query tile) pair.
 struct Tile {
@@ -160,7 +165,7 @@ __device__ __forceinline__ void build_list(const UnionParams& p, const Tile& t, 
 
 // Gathers tile t's Q rows into `sq` with TMA (one box per query's heads and column half);
 // padding rows get no data (their results are never stored). Builder 0 arms `bar`.
-__device__ __forceinline__ void load_q(const UnionParams& p, const UnionTma& tma, const Tile& t, Element* sq,
+__device__ __forceinline__ void load_q(const UnionParams& p, const PrefillTma& tma, const Tile& t, Element* sq,
                                        std::uint64_t* bar, int bt) {
   const int group = p.attn.group;
   const int rows = t.nq * group;
@@ -176,49 +181,6 @@ __device__ __forceinline__ void load_q(const UnionParams& p, const UnionTma& tma
   }
 }
 
-// ---- loader: K/V blocks with TMA ----------------------------------------------------------
-
-// Issues the TMA boxes of one K or V block (tokens [block_start, block_start + 128) of request
-// b) into `dst`, completing on `bar`: lane j issues page j (paged) or lane 0 the whole block
-// (flat). Pages wholly past k_len are addressed out of bounds, which TMA fills with zeros
-// without reading. The caller armed `bar` with kBlockBytes.
-__device__ __forceinline__ void load_block(const UnionParams& p, const CUtensorMap* map, int box_rows, int kv_head,
-                                           int b, int block_start, int k_len, Element* dst, std::uint64_t* bar,
-                                           int lane) {
-  const int pages = Traits::kBlockN / box_rows;
-  if (lane >= pages) return;
-  const int t0 = lane * box_rows;
-  int token, page;
-  if (p.attn.page_table != nullptr) {
-    const int logical = block_start + t0;
-    token = 0;
-    page = logical < k_len ? p.attn.page_table[std::int64_t(b) * p.attn.stride_page_table + logical / box_rows]
-                           : static_cast<int>(min(p.attn.num_pages, std::int64_t(INT32_MAX)));
-  } else {
-    token = p.attn.cu_seqlens_k[b] + block_start;
-    page = 0;
-  }
-#pragma unroll
-  for (int c = 0; c < Traits::kColHalves; ++c)
-    cute::SM90_TMA_LOAD_4D::copy(map, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST),
-                                 dst + Traits::kv_box_offset(t0, c), c * Traits::kBoxCols, token, kv_head, page);
-}
-
-// Zeroes token rows [tokens, 128) of a K-layout block (whole 128-byte rows, so the swizzle
-// does not matter) and makes the writes visible to the async proxy. One warp.
-__device__ __forceinline__ void zero_tail(Element* dst, int tokens, int lane) {
-  constexpr int kChunks = 128 / 16;  // 16-byte chunks per 128-byte row
-  const int count = (Traits::kBlockN - tokens) * Traits::kColHalves * kChunks;
-  for (int i = lane; i < count; i += 32) {
-    const int row = tokens + i / (Traits::kColHalves * kChunks);
-    const int c = (i / kChunks) % Traits::kColHalves;
-    const int chunk = i % kChunks;
-    *reinterpret_cast<uint4*>(dst + Traits::kv_box_offset(row, c) + chunk * (16 / sizeof(Element))) =
-        make_uint4(0u, 0u, 0u, 0u);
-  }
-  cutlass::arch::fence_view_async_shared();
-}
-
 // ---- consumers: the math of one union block -----------------------------------------------
 
 // Online softmax state of this thread's two rows: running max (already times scale_log2;
@@ -229,54 +191,13 @@ struct SoftmaxState {
   float l[2];
 };
 
-// Issues S = Q K^T for this warpgroup's 64 rows (no fence, arrive or commit).
-template <class AccS>
-__device__ __forceinline__ void issue_qk(const Element* sq, const Element* sk, int ct, AccS& acc_s) {
-  using namespace cute;
-  typename Traits::MmaQK mma;
-  auto thr = mma.get_slice(ct);
-  Tensor sQ = make_tensor(make_smem_ptr(sq), Traits::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(sk), Traits::SmemLayoutK{});
-  Tensor tSrQ = thr.partition_fragment_A(sQ);
-  Tensor tSrK = thr.partition_fragment_B(sK);
-  mma.accumulate_ = GMMA::ScaleOut::Zero;
-#pragma unroll
-  for (int k = 0; k < size<2>(tSrQ); ++k) {
-    gemm(mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-}
-
-// Issues O += P V for this warpgroup's 64 rows (no fence, arrive or commit).
-template <class FragP, class AccO>
-__device__ __forceinline__ void issue_pv(FragP& frag_p, const Element* sv, int ct, AccO& acc_o) {
-  using namespace cute;
-  typename Traits::MmaPV mma;
-  auto thr = mma.get_slice(ct);
-  Tensor sV = make_tensor(make_smem_ptr(sv), Traits::SmemLayoutV{});
-  Tensor tOrV = thr.partition_fragment_B(sV);
-  static_assert(decltype(size<2>(tOrV))::value == decltype(size<2>(frag_p))::value);
-  mma.accumulate_ = GMMA::ScaleOut::One;
-#pragma unroll
-  for (int k = 0; k < size<2>(tOrV); ++k) gemm(mma, frag_p(_, _, k), tOrV(_, _, k), acc_o);
-}
-
 // Masks S to each row's visible keys (key_limit per row half: keys [0, limit) of the block),
 // folds it into the running state, rescales O and writes P (bf16) into the P V operand.
 template <class AccS, class FragP, class AccO>
 __device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO& acc_o, const int (&key_limit)[2],
                                                float scale_log2, SoftmaxState& st, int ct) {
   using namespace cute;
-  if (!__all_sync(0xffffffffu, key_limit[0] == Traits::kBlockN && key_limit[1] == Traits::kBlockN)) {
-    // Value i of the m64nNk16 accumulator is column 8 * (i / 4) + (i & 1) + 2 * (lane % 4):
-    // compare the constant part with the limit less the lane's part, so that no per-value
-    // column is kept in a register.
-    const int lane_col = 2 * (ct % 4);
-    const int lim[2] = {key_limit[0] - lane_col, key_limit[1] - lane_col};
-#pragma unroll
-    for (int i = 0; i < size(acc_s); ++i)
-      if (8 * (i >> 2) + (i & 1) >= lim[(i >> 1) & 1]) acc_s(i) = -INFINITY;
-  }
+  mask_keys(acc_s, key_limit, ct);
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int i = 0; i < size(acc_s); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], acc_s(i));

@@ -19,23 +19,11 @@ struct UnionParams {
   const std::int32_t* topk;          // [h_kv, total_q, topk], last dim contiguous
   std::int64_t stride_topk_head;
   std::int64_t stride_topk_token;
-  std::int64_t kv_rows;              // flat K/V: rows of k and v (k.shape[0]); paged: unused
   int batch;                         // B: cu_seqlens_q has B + 1 entries
   int q_per_tile;                    // queries per M tile (their G heads packed in M)
   std::int64_t tiles;                // h_kv * ceil(total_q / q_per_tile), numbered head-major
   const std::int32_t* tile_list;     // PrefillPath::kAuto: the tiles to run, ascending, the
   const std::int32_t* tile_count;    //   first *tile_count of [tiles]; null: every tile
-};
-
-// TMA descriptors the launch builds from UnionParams (never filled by callers), all 16-bit
-// with a 128-byte swizzle and boxes 64 columns wide.
-struct UnionTma {
-  CUtensorMap q;          // q as (d, head, token), box (64, q_box_rows, 1)
-  CUtensorMap o;          // slot 0 of o_partial as (d, head, token), same box
-  CUtensorMap k;          // k as (d, token in page, kv head, page), box (64, kv_box_rows, 1, 1);
-  CUtensorMap v;          //   flat K/V is one page of all rows (token = cu_seqlens_k[b] + t)
-  int q_box_rows;         // group when it divides 64, else 1: one query's heads per box
-  int kv_box_rows;        // page_size (16..128), or 128 for flat K/V
 };
 
 }  // namespace msa::cuda
