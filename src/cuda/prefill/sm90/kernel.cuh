@@ -41,30 +41,7 @@ __device__ __forceinline__ void run_loader(const PrefillParams& p, const Prefill
   for (int item = blockIdx.x; item < work_count; item += gridDim.x, ++use) {
     const int lane = opaque_tid();
     const ItemCoords it = load_item(p, item);
-    const int s = static_cast<int>(use & 1u);
-    Barrier64::wait(&smem.k_empty[s], phase_of(use) ^ 1u);
-    if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.k_full[s], kBlockBytes);
-    __syncwarp();
-    load_block(p, &tma.k, tma.kv_box_rows, it.kv_head, it.b, it.block_start, it.k_len, smem.k[s], &smem.k_full[s], lane);
-    Barrier64::wait(&smem.v_empty[s], phase_of(use) ^ 1u);
-    // A whole block below k_len. Tested on the unclamped distance: built as
-    // `it.tokens == 128` (tokens clamped to [0, 128]) this branch was taken for partial blocks
-    // too (a debug build saw tokens = 104 stored and the zero-fill path not run), which the
-    // NaN-tail tests caught.
-    if (it.k_len - it.block_start >= TmaTraits::kBlockN) {
-      if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_full[s], kBlockBytes);
-      __syncwarp();
-      load_block(p, &tma.v, tma.kv_box_rows, it.kv_head, it.b, it.block_start, it.k_len, smem.v[s], &smem.v_full[s], lane);
-    } else {
-      if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_tail, kBlockBytes);
-      __syncwarp();
-      load_block(p, &tma.v, tma.kv_box_rows, it.kv_head, it.b, it.block_start, it.k_len, smem.v[s], &smem.v_tail, lane);
-      Barrier64::wait(&smem.v_tail, tail_phase);
-      tail_phase ^= 1u;
-      zero_tail(smem.v[s], it.tokens, lane);
-      __syncwarp();
-      if (lane == 0) Barrier64::arrive(&smem.v_full[s]);
-    }
+    load_kv_stage(p, tma, smem, use, it.kv_head, it.b, it.block_start, it.k_len, tail_phase, lane);
   }
 }
 
@@ -111,10 +88,8 @@ __device__ __forceinline__ void run_builders(const PrefillParams& p, const Prefi
 __device__ __forceinline__ void run_consumers(const PrefillParams& p, const PrefillTma& tma, SharedStorage& smem,
                                               int ct) {
   using namespace cute;
-  const int wg = ct / 128;
-  auto turn_sync = [&] { named_barrier_sync(kTurn0 + wg, kConsumerThreads); };
-  auto turn_pass = [&] { named_barrier_arrive(kTurn0 + (wg ^ 1), kConsumerThreads); };
-  if (wg == 1) turn_pass();  // warpgroup 0 issues first
+  const Turn turn{ct / 128};
+  turn.start();
 
   typename TmaTraits::MmaQK mma_qk;
   Tensor tScS = mma_qk.get_slice(ct).partition_C(make_identity_tensor(Shape<Int<TmaTraits::kTileM>, Int<TmaTraits::kBlockN>>{}));
@@ -143,12 +118,12 @@ __device__ __forceinline__ void run_consumers(const PrefillParams& p, const Pref
 
       Tensor acc_s = partition_fragment_C(TmaTraits::MmaQK{}, Shape<Int<TmaTraits::kTileM>, Int<TmaTraits::kBlockN>>{});
       Barrier64::wait(&smem.k_full[s], phase_of(use));
-      turn_sync();
+      turn.sync();
       warpgroup_fence_operand(acc_s);
       warpgroup_arrive();
       issue_qk(smem.q[buf], smem.k[s], ct, acc_s);
       warpgroup_commit_batch();
-      turn_pass();
+      turn.pass();
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       if (last) Barrier64::arrive(&smem.k_empty[s]);
@@ -159,13 +134,13 @@ __device__ __forceinline__ void run_consumers(const PrefillParams& p, const Pref
 
       Tensor acc_o = partition_fragment_C(TmaTraits::MmaPV{}, Shape<Int<TmaTraits::kTileM>, Int<TmaTraits::kHeadDim>>{});
       Barrier64::wait(&smem.v_full[s], phase_of(use));
-      turn_sync();
+      turn.sync();
       warpgroup_fence_operand(frag_p);
       warpgroup_fence_operand(acc_o);
       warpgroup_arrive();
       issue_pv<false>(frag_p, smem.v[s], ct, acc_o);
       warpgroup_commit_batch();
-      turn_pass();
+      turn.pass();
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
       if (last) Barrier64::arrive(&smem.v_empty[s]);
@@ -174,7 +149,7 @@ __device__ __forceinline__ void run_consumers(const PrefillParams& p, const Pref
       Barrier64::arrive(&smem.q_empty[buf]);
     }
   }
-  if (wg == 0) turn_sync();  // the turn warpgroup 1 passed last
+  turn.finish();
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // O stores complete
 }
 
@@ -185,17 +160,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                  ~std::uintptr_t(1023));
   const int tid = threadIdx.x;
   if (tid == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      Barrier64::init(&smem.k_full[i], 1);
-      Barrier64::init(&smem.v_full[i], 1);
-      Barrier64::init(&smem.k_empty[i], kConsumerThreads);
-      Barrier64::init(&smem.v_empty[i], kConsumerThreads);
-    }
+    init_kv_ring(smem);
     for (int i = 0; i < 2; ++i) {
       Barrier64::init(&smem.q_full[i], kBuilderThreads);
       Barrier64::init(&smem.q_empty[i], kConsumerThreads);
     }
-    Barrier64::init(&smem.v_tail, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();

@@ -99,6 +99,68 @@ __device__ __forceinline__ void zero_tail(Element* dst, int tokens, int lane) {
   cutlass::arch::fence_view_async_shared();
 }
 
+// The K/V ring's barriers (either kernel's SharedStorage); one thread, before the CTA barrier.
+template <class Smem>
+__device__ __forceinline__ void init_kv_ring(Smem& smem) {
+  for (int i = 0; i < kStages; ++i) {
+    Barrier64::init(&smem.k_full[i], 1);
+    Barrier64::init(&smem.v_full[i], 1);
+    Barrier64::init(&smem.k_empty[i], kConsumerThreads);
+    Barrier64::init(&smem.v_empty[i], kConsumerThreads);
+  }
+  Barrier64::init(&smem.v_tail, 1);
+}
+
+// The two consumer warpgroups' turn to issue WGMMAs (named barriers kTurn0 + wg): sync()
+// waits for this warpgroup's turn, pass() hands it to the other. Warpgroup 1 passes once at
+// the start (warpgroup 0 issues first) and warpgroup 0 takes that last pass at the end.
+struct Turn {
+  int wg;
+  __device__ __forceinline__ void sync() const { named_barrier_sync(kTurn0 + wg, kConsumerThreads); }
+  __device__ __forceinline__ void pass() const { named_barrier_arrive(kTurn0 + (wg ^ 1), kConsumerThreads); }
+  __device__ __forceinline__ void start() const {
+    if (wg == 1) pass();
+  }
+  __device__ __forceinline__ void finish() const {
+    if (wg == 0) sync();
+  }
+};
+
+// Loads one block's K and V (tokens [block_start, block_start + 128) of request b, KV head
+// kv_head) into stage use & 1 of a 2-stage ring, after waiting for the stage to be free. Smem is
+// either kernel's SharedStorage (k, v, k_full, k_empty, v_full, v_empty, v_tail). A block
+// that ends past k_len has its V rows there zeroed before v_full completes: its V goes through
+// the loader's own v_tail barrier first. One warp; tail_phase is v_tail's parity.
+template <class Smem>
+__device__ __forceinline__ void load_kv_stage(const PrefillParams& p, const PrefillTma& tma, Smem& smem,
+                                              std::uint32_t use, int kv_head, int b, int block_start, int k_len,
+                                              std::uint32_t& tail_phase, int lane) {
+  const int s = static_cast<int>(use & 1u);
+  Barrier64::wait(&smem.k_empty[s], phase_of(use) ^ 1u);
+  if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.k_full[s], kBlockBytes);
+  __syncwarp();
+  load_block(p, &tma.k, tma.kv_box_rows, kv_head, b, block_start, k_len, smem.k[s], &smem.k_full[s], lane);
+  Barrier64::wait(&smem.v_empty[s], phase_of(use) ^ 1u);
+  // A whole block below k_len. Tested on the unclamped distance: written as "the token count
+  // clamped to [0, 128] equals 128", the block-major loader took this branch for partial
+  // blocks too (a debug build saw the right count and the zero-fill not run), which the
+  // NaN-tail tests caught.
+  if (k_len - block_start >= TmaTraits::kBlockN) {
+    if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_full[s], kBlockBytes);
+    __syncwarp();
+    load_block(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, smem.v[s], &smem.v_full[s], lane);
+  } else {
+    if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_tail, kBlockBytes);
+    __syncwarp();
+    load_block(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, smem.v[s], &smem.v_tail, lane);
+    Barrier64::wait(&smem.v_tail, tail_phase);
+    tail_phase ^= 1u;
+    zero_tail(smem.v[s], max(0, k_len - block_start), lane);
+    __syncwarp();
+    if (lane == 0) Barrier64::arrive(&smem.v_full[s]);
+  }
+}
+
 // ---- WGMMA issue (the caller fences, arrives and commits) -------------------------------
 
 // S = Q K^T for this consumer warpgroup's 64 rows (ct: consumer thread 0..255).

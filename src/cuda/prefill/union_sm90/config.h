@@ -25,7 +25,6 @@ using prefill_sm90::kEpilogue0;
 using prefill_sm90::kProducerRegs;
 using prefill_sm90::kStages;
 using prefill_sm90::kThreads;
-using prefill_sm90::kTurn0;
 
 // A tile holds at most this many queries (the membership masks are 32-bit; 16 keeps the
 // entry list of one tile at 512).

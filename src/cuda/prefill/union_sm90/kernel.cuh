@@ -66,37 +66,16 @@ __device__ __forceinline__ void run_loader(const UnionParams& p, const PrefillTm
     for (int u = 0; u < n; ++u, ++use) {
       const int lane = opaque_tid();
       const UnionEntry e = union_entry(list, u);
-      const int s = static_cast<int>(use & 1u);
-      Barrier64::wait(&smem.k_empty[s], phase_of(use) ^ 1u);
-      if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.k_full[s], kBlockBytes);
-      __syncwarp();
-      load_block(p.attn, &tma.k, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.k[s], &smem.k_full[s], lane);
-      Barrier64::wait(&smem.v_empty[s], phase_of(use) ^ 1u);
-      if (e.k_len - e.block_start >= Traits::kBlockN) {  // as the block-major loader tests it
-        if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_full[s], kBlockBytes);
-        __syncwarp();
-        load_block(p.attn, &tma.v, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.v[s], &smem.v_full[s], lane);
-      } else {
-        if (lane == 0) Barrier64::arrive_and_expect_tx(&smem.v_tail, kBlockBytes);
-        __syncwarp();
-        load_block(p.attn, &tma.v, tma.kv_box_rows, t.kv_head, e.b, e.block_start, e.k_len, smem.v[s], &smem.v_tail, lane);
-        Barrier64::wait(&smem.v_tail, tail_phase);
-        tail_phase ^= 1u;
-        zero_tail(smem.v[s], e.tokens, lane);
-        __syncwarp();
-        if (lane == 0) Barrier64::arrive(&smem.v_full[s]);
-      }
+      load_kv_stage(p.attn, tma, smem, use, t.kv_head, e.b, e.block_start, e.k_len, tail_phase, lane);
     }
   }
 }
 
 __device__ __forceinline__ void run_consumers(const UnionParams& p, const PrefillTma& tma, SharedStorage& smem, int ct) {
   using namespace cute;
-  const int wg = ct / 128;
   const int group = p.attn.group;
-  auto turn_sync = [&] { named_barrier_sync(kTurn0 + wg, kConsumerThreads); };
-  auto turn_pass = [&] { named_barrier_arrive(kTurn0 + (wg ^ 1), kConsumerThreads); };
-  if (wg == 1) turn_pass();  // warpgroup 0 issues first
+  const Turn turn{ct / 128};
+  turn.start();
 
   typename Traits::MmaQK mma_qk;
   Tensor tScS = mma_qk.get_slice(ct).partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<Traits::kBlockN>>{}));
@@ -147,7 +126,7 @@ __device__ __forceinline__ void run_consumers(const UnionParams& p, const Prefil
         const int sp = s ^ 1;  // stage of block u - 1
         if constexpr (kQk) Barrier64::wait(&smem.k_full[s], phase_of(use + u));
         if constexpr (kPv) Barrier64::wait(&smem.v_full[sp], phase_of(use + u - 1));
-        turn_sync();
+        turn.sync();
         warpgroup_fence_operand(acc_s);
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(frag_p);
@@ -155,7 +134,7 @@ __device__ __forceinline__ void run_consumers(const UnionParams& p, const Prefil
         if constexpr (kQk) issue_qk(sq, smem.k[s], ct, acc_s);
         if constexpr (kPv) issue_pv<true>(frag_p, smem.v[sp], ct, acc_o);
         warpgroup_commit_batch();
-        turn_pass();
+        turn.pass();
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_s);
         warpgroup_fence_operand(acc_o);
@@ -176,7 +155,7 @@ __device__ __forceinline__ void run_consumers(const UnionParams& p, const Prefil
     store_tile(p, tma, t, acc_o, st, smem.q[buf], opaque_tid() - 128);
     Barrier64::arrive(&smem.q_empty[buf]);
   }
-  if (wg == 0) turn_sync();  // the turn warpgroup 1 passed at the start
+  turn.finish();
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // O stores complete
 }
 
@@ -187,19 +166,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                  ~std::uintptr_t(1023));
   const int tid = threadIdx.x;
   if (tid == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      Barrier64::init(&smem.k_full[i], 1);
-      Barrier64::init(&smem.v_full[i], 1);
-      Barrier64::init(&smem.k_empty[i], kConsumerThreads);
-      Barrier64::init(&smem.v_empty[i], kConsumerThreads);
-    }
+    init_kv_ring(smem);
     for (int i = 0; i < 2; ++i) {
       Barrier64::init(&smem.q_full[i], 1);
       Barrier64::init(&smem.q_empty[i], kConsumerThreads);
       Barrier64::init(&smem.list_full[i], kBuilderThreads);
       Barrier64::init(&smem.list_empty[i], kConsumerThreads);
     }
-    Barrier64::init(&smem.v_tail, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();

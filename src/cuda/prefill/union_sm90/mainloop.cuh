@@ -32,6 +32,8 @@ using prefill_sm90::issue_pv;
 using prefill_sm90::issue_qk;
 using prefill_sm90::kBlockBytes;
 using prefill_sm90::load_block;
+using prefill_sm90::init_kv_ring;
+using prefill_sm90::load_kv_stage;
 using prefill_sm90::make_frag_p;
 using prefill_sm90::mask_keys;
 using prefill_sm90::named_barrier_arrive;
@@ -40,6 +42,7 @@ using prefill_sm90::opaque_tid;
 using prefill_sm90::phase_of;
 using prefill_sm90::quad_max;
 using prefill_sm90::quad_sum;
+using prefill_sm90::Turn;
 using prefill_sm90::zero_tail;
 
 // Queries [q0, q0 + nq) of one KV head: the tile-th (KV head, query tile) pair.
