@@ -1,11 +1,20 @@
 // The geometry of an attention call and of a packed (varlen) batch.
 #pragma once
 
+#include <cstdint>
+
 #include "msa/tensor.h"
 
 namespace msa {
 
 inline constexpr int kBlockSize = 128;  // KV tokens per top-k block (MSA geometry)
+
+// The longest supported sequence (k_len, seq_len, a plan's max_k_len): 2^30 tokens. Longer
+// ones are rejected by name; below it every token, block and page index fits in int32 with room
+// to round up (k_len + 127 never overflows).
+inline constexpr std::int64_t kMaxKvLen = std::int64_t{1} << 30;
+// The most query or KV heads of an attention shape (and index heads of an indexer).
+inline constexpr int kMaxHeads = 1024;
 
 // Heads, head dim and selection width of one MSA layer.
 struct AttentionShape {

@@ -32,11 +32,16 @@ struct TensorView {
   std::array<std::int64_t, kMaxRank> stride{};  // in elements, not bytes
 
   bool present() const { return rank > 0; }
+  // rank in 0..kMaxRank; a view with any other rank is rejected by every operator.
+  bool valid_rank() const { return rank >= 0 && rank <= kMaxRank; }
   std::int64_t dim(int i) const { return shape[static_cast<std::size_t>(i)]; }
+  // Product of the extents; 0 for an absent view or an invalid rank, and INT64_MAX when the
+  // product does not fit in int64 (never undefined behaviour, whatever the extents).
   std::int64_t numel() const;
-  bool last_dim_contiguous() const { return rank == 0 || stride[rank - 1] == 1; }
+  bool last_dim_contiguous() const { return rank <= 0 || rank > kMaxRank || stride[rank - 1] == 1; }
   bool is_contiguous() const;
-  std::string shape_string() const;  // "[4, 1024, 16]"
+  // "[4, 1024, 16]"; at most kMaxRank extents, "[rank 1000]" for an invalid rank.
+  std::string shape_string() const;
 
   // Row-major contiguous view.
   static TensorView contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,

@@ -1,5 +1,6 @@
 // The one place where a backend is chosen for each operator. An operator the chosen backend
 // does not implement is an msa::Error, never a silent fallback.
+#include <cmath>
 #include <string>
 
 #include "core/check.h"
@@ -28,16 +29,12 @@ ImplPtr pick(const char* op, const Options& options, CpuMake cpu_make, CudaMake 
 #endif
   }
   if (!impl) unsupported(op, options.backend);
+#if MSA_WITH_CUDA
+  // Checked here, once, so that no CUDA call of the backend meets a missing device first.
+  if (options.backend == Backend::kCuda && !cuda::device_present())
+    throw Error("options.backend", "cuda", std::string(op) + ": no CUDA device is visible to this process");
+#endif
   return impl;
-}
-
-void validate_options(const Options& options) {
-  MSA_REQUIRE(options.q_per_item >= 1 && options.q_per_item <= (1 << 20), "options.q_per_item",
-              std::to_string(options.q_per_item), "must be in 1..2^20");
-  MSA_REQUIRE(options.prefill_path == PrefillPath::kBlockMajor || options.prefill_path == PrefillPath::kTileUnion ||
-                  options.prefill_path == PrefillPath::kAuto,
-              "options.prefill_path", std::to_string(static_cast<int>(options.prefill_path)),
-              "must be PrefillPath::kBlockMajor, kTileUnion or kAuto");
 }
 
 #if MSA_WITH_CUDA
@@ -60,6 +57,7 @@ std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSi
                                     const Options& options) {
   validate_shape(shape);
   validate_options(options);
+  validate_problem(problem);
   if (options.backend == Backend::kCpu) return cpu::prefill_workspace_bytes(shape, problem);
 #if MSA_WITH_CUDA
   return cuda::prefill_workspace_bytes(shape, problem, options);
@@ -71,6 +69,8 @@ std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSi
 std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                    const Options& options) {
   validate_shape(shape);
+  validate_options(options);
+  validate_problem(problem);
   if (options.backend == Backend::kCpu) return cpu::decode_workspace_bytes(shape, problem);
   unsupported("sparse decode", options.backend);
 }
@@ -101,9 +101,11 @@ std::unique_ptr<SparseDecode::Impl> make_decode_impl(const AttentionShape& shape
 
 std::unique_ptr<Indexer::Impl> make_indexer_impl(int h_i, int d, float scale,
                                                  const Options& options) {
-  MSA_REQUIRE(h_i >= 1, "h_i", std::to_string(h_i), "need at least one index head");
+  validate_options(options);
+  MSA_REQUIRE(h_i >= 1 && h_i <= kMaxHeads, "h_i", std::to_string(h_i),
+              "must be in 1.." + std::to_string(kMaxHeads));
   MSA_REQUIRE(d == 128, "d", std::to_string(d), "unsupported head dim (supported: 128)");
-  MSA_REQUIRE(scale >= 0.f && scale < 1e30f, "scale", std::to_string(scale),
+  MSA_REQUIRE(std::isfinite(scale) && scale >= 0.f, "scale", std::to_string(scale),
               "must be finite and >= 0 (0 = 1/sqrt(d))");
   auto impl = pick<std::unique_ptr<Indexer::Impl>>("indexer", options,
                                                    [] { return cpu::make_indexer(); },
@@ -116,6 +118,7 @@ std::unique_ptr<Indexer::Impl> make_indexer_impl(int h_i, int d, float scale,
 }
 
 std::unique_ptr<TopK::Impl> make_topk_impl(int topk, const Options& options) {
+  validate_options(options);
   MSA_REQUIRE(topk >= 1 && topk <= 32, "topk", std::to_string(topk), "must be in 1..32");
   auto impl = pick<std::unique_ptr<TopK::Impl>>("top-k", options, [] { return cpu::make_topk(); },
                                                 MSA_CUDA_MAKE(make_topk));
@@ -127,6 +130,7 @@ std::unique_ptr<TopK::Impl> make_topk_impl(int topk, const Options& options) {
 std::unique_ptr<Combine::Impl> make_combine_impl(const AttentionShape& shape,
                                                  const Options& options) {
   validate_shape(shape);
+  validate_options(options);
   auto impl = pick<std::unique_ptr<Combine::Impl>>("combine", options,
                                                    [] { return cpu::make_combine(); },
                                                    MSA_CUDA_MAKE(make_combine));

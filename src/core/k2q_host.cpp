@@ -110,18 +110,24 @@ std::optional<RowViolation> check_row_contract(const std::int32_t* ids, std::int
 }
 
 K2qSizes k2q_sizes(const AttentionShape& shape, const ProblemSize& problem, int q_per_item) {
-  MSA_REQUIRE(q_per_item >= 1, "q_per_item", std::to_string(q_per_item), "must be >= 1");
-  MSA_REQUIRE(problem.batch >= 0, "problem.batch", std::to_string(problem.batch), "must be >= 0");
-  MSA_REQUIRE(problem.total_q >= 0, "problem.total_q", std::to_string(problem.total_q),
-              "must be >= 0");
-  MSA_REQUIRE(problem.max_k_len >= 0, "problem.max_k_len", std::to_string(problem.max_k_len),
-              "must be >= 0");
+  validate_shape(shape);
+  MSA_REQUIRE(q_per_item >= 1 && q_per_item <= (1 << 20), "q_per_item", std::to_string(q_per_item),
+              "must be in 1..2^20");
+  validate_problem(problem);
+  // Bounded operands (batch, total_q < 2^31, blocks <= 2^23, h_kv <= 2^10, topk <= 32): every
+  // product below fits in int64; the results must fit the plan's int32 indices.
   K2qSizes s;
   s.max_rows = problem.batch * ((problem.max_k_len + kBlockSize - 1) / kBlockSize);
+  MSA_REQUIRE(s.max_rows < kInt32Max, "problem.max_k_len", std::to_string(problem.max_k_len),
+              "batch * ceil(max_k_len / 128) = " + std::to_string(s.max_rows) + " plan rows must fit in int32");
   s.edges_per_head = problem.total_q * shape.topk;
+  MSA_REQUIRE(s.edges_per_head <= kInt32Max, "problem.total_q", std::to_string(problem.total_q),
+              "total_q * topk = " + std::to_string(s.edges_per_head) + " edges must fit in int32");
   // Each non-empty row adds at most one partial chunk to the floor(edges / q_per_item) full ones.
   s.work_capacity =
       s.max_rows * shape.h_kv + (s.edges_per_head * shape.h_kv + q_per_item - 1) / q_per_item;
+  MSA_REQUIRE(s.work_capacity <= kInt32Max, "problem", std::to_string(s.work_capacity) + " work items",
+              "the plan's work capacity must fit in int32");
   return s;
 }
 
@@ -173,7 +179,7 @@ K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batc
   for (int h = 0; h < h_kv; ++h) {
     std::int32_t* row_ptr = csr.row_ptr.data() + h * (total_rows + 1);
     for (std::int64_t q = 0; q < info.total_q; ++q) {
-      const std::int32_t b = info.req_of[q];
+      const std::int32_t b = info.request_of(q);
       std::int32_t* sel = selection.data() + q * k;
       // A row routed to the tile-union kernel has no edge here and one slot (its whole result).
       const bool routed = route.routed(h, q, per_head);
@@ -187,7 +193,7 @@ K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batc
     std::int32_t* q_indices = csr.q_indices.data() + h * edges;
     std::int32_t* qsplit = csr.qsplit.data() + h * edges;
     for (std::int64_t q = 0; q < info.total_q; ++q) {
-      const std::int32_t b = info.req_of[q];
+      const std::int32_t b = info.request_of(q);
       const std::int32_t q_local = static_cast<std::int32_t>(q - info.cu_q[b]);
       const std::int32_t* sel = selection.data() + q * k;
       for (int s = 0; s < kept[q]; ++s) {

@@ -18,6 +18,17 @@ MSA_MOVE_ONLY(TopK)
 MSA_MOVE_ONLY(Combine)
 #undef MSA_MOVE_ONLY
 
+namespace {
+
+// The backend object of an operator; a moved-from operator has none and says so.
+template <class ImplPtr>
+auto& live(const ImplPtr& impl, const char* op) {
+  if (!impl) throw Error(op, "moved-from", "this operator object was moved from; construct a new one");
+  return *impl;
+}
+
+}  // namespace
+
 // ---- sparse prefill --------------------------------------------------------------------
 SparsePrefill::SparsePrefill(const AttentionShape& shape, const Options& options)
     : impl_(make_prefill_impl(shape, options)) {}
@@ -25,19 +36,19 @@ std::size_t SparsePrefill::workspace_bytes(const AttentionShape& shape, const Pr
                                            const Options& options) {
   return prefill_workspace_bytes(shape, problem, options);
 }
-void SparsePrefill::set_workspace(void* data, std::size_t bytes) { impl_->set_workspace(data, bytes); }
+void SparsePrefill::set_workspace(void* data, std::size_t bytes) { live(impl_, "SparsePrefill").set_workspace(data, bytes); }
 void SparsePrefill::plan(const VarlenBatch& batch, const TensorView& topk, cudaStream_t stream) {
-  impl_->plan(batch, topk, stream);
+  live(impl_, "SparsePrefill").plan(batch, topk, stream);
 }
 void SparsePrefill::plan(const VarlenBatch& batch, const TensorView& topk, std::int64_t max_k_len,
                          cudaStream_t stream) {
   if (max_k_len < 0) throw Error("max_k_len", std::to_string(max_k_len), "must be >= 0");
-  impl_->plan_bounded(batch, topk, max_k_len, stream);
+  live(impl_, "SparsePrefill").plan_bounded(batch, topk, max_k_len, stream);
 }
-void SparsePrefill::run(const PrefillArgs& args, cudaStream_t stream) { impl_->run(args, stream); }
-K2qCsr SparsePrefill::plan_snapshot() const { return impl_->plan_snapshot(); }
-const AttentionShape& SparsePrefill::shape() const { return impl_->shape; }
-const Options& SparsePrefill::options() const { return impl_->options; }
+void SparsePrefill::run(const PrefillArgs& args, cudaStream_t stream) { live(impl_, "SparsePrefill").run(args, stream); }
+K2qCsr SparsePrefill::plan_snapshot() const { return live(impl_, "SparsePrefill").plan_snapshot(); }
+const AttentionShape& SparsePrefill::shape() const { return live(impl_, "SparsePrefill").shape; }
+const Options& SparsePrefill::options() const { return live(impl_, "SparsePrefill").options; }
 
 void sparse_prefill(const AttentionShape& shape, const PrefillArgs& args, const Options& options,
                     cudaStream_t stream) {
@@ -53,12 +64,12 @@ std::size_t SparseDecode::workspace_bytes(const AttentionShape& shape, const Pro
                                           const Options& options) {
   return decode_workspace_bytes(shape, problem, options);
 }
-void SparseDecode::set_workspace(void* data, std::size_t bytes) { impl_->set_workspace(data, bytes); }
+void SparseDecode::set_workspace(void* data, std::size_t bytes) { live(impl_, "SparseDecode").set_workspace(data, bytes); }
 void SparseDecode::plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len,
                         cudaStream_t stream) {
-  impl_->plan(batch, q_per_request, max_seq_len, stream);
+  live(impl_, "SparseDecode").plan(batch, q_per_request, max_seq_len, stream);
 }
-void SparseDecode::run(const DecodeArgs& args, cudaStream_t stream) { impl_->run(args, stream); }
+void SparseDecode::run(const DecodeArgs& args, cudaStream_t stream) { live(impl_, "SparseDecode").run(args, stream); }
 
 void sparse_decode(const AttentionShape& shape, const DecodeArgs& args, const Options& options,
                    cudaStream_t stream) {
@@ -70,16 +81,16 @@ void sparse_decode(const AttentionShape& shape, const DecodeArgs& args, const Op
 // ---- indexer, top-k, combine -----------------------------------------------------------
 Indexer::Indexer(int h_i, int d, float scale, const Options& options)
     : impl_(make_indexer_impl(h_i, d, scale, options)) {}
-void Indexer::plan(const VarlenBatch& batch, cudaStream_t stream) { impl_->plan(batch, stream); }
-void Indexer::run(const IndexerArgs& args, cudaStream_t stream) { impl_->run(args, stream); }
+void Indexer::plan(const VarlenBatch& batch, cudaStream_t stream) { live(impl_, "Indexer").plan(batch, stream); }
+void Indexer::run(const IndexerArgs& args, cudaStream_t stream) { live(impl_, "Indexer").run(args, stream); }
 
 TopK::TopK(int topk, const Options& options) : impl_(make_topk_impl(topk, options)) {}
-void TopK::plan(const VarlenBatch& batch, cudaStream_t stream) { impl_->plan(batch, stream); }
-void TopK::run(const TopkArgs& args, cudaStream_t stream) { impl_->run(args, stream); }
+void TopK::plan(const VarlenBatch& batch, cudaStream_t stream) { live(impl_, "TopK").plan(batch, stream); }
+void TopK::run(const TopkArgs& args, cudaStream_t stream) { live(impl_, "TopK").run(args, stream); }
 
 Combine::Combine(const AttentionShape& shape, const Options& options)
     : impl_(make_combine_impl(shape, options)) {}
-void Combine::plan(std::int64_t total_q, cudaStream_t stream) { impl_->plan(total_q, stream); }
-void Combine::run(const CombineArgs& args, cudaStream_t stream) { impl_->run(args, stream); }
+void Combine::plan(std::int64_t total_q, cudaStream_t stream) { live(impl_, "Combine").plan(total_q, stream); }
+void Combine::run(const CombineArgs& args, cudaStream_t stream) { live(impl_, "Combine").run(args, stream); }
 
 }  // namespace msa

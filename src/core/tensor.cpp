@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "msa/error.h"
@@ -20,8 +21,20 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
-const char* device_name(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
-const char* backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
+const char* device_name(Device d) {
+  switch (d) {
+    case Device::kCpu: return "cpu";
+    case Device::kCuda: return "cuda";
+  }
+  return "unknown";
+}
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+  }
+  return "unknown";
+}
 const char* prefill_path_name(PrefillPath p) {
   switch (p) {
     case PrefillPath::kBlockMajor: return "block-major";
@@ -37,22 +50,29 @@ float AttentionShape::softmax_scale() const {
 }
 
 std::int64_t TensorView::numel() const {
-  if (rank == 0) return 0;
+  if (rank <= 0 || rank > kMaxRank) return 0;
   std::int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
-  return n;
+  bool saturated = false;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] == 0) return 0;  // an empty view, whatever the other extents
+    if (shape[i] < 0) return 0;   // invalid extents are rejected by the checks
+    if (__builtin_mul_overflow(n, shape[i], &n)) saturated = true;
+  }
+  return saturated ? std::numeric_limits<std::int64_t>::max() : n;
 }
 
 bool TensorView::is_contiguous() const {
+  if (!valid_rank()) return false;
   std::int64_t expect = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] != 1 && stride[i] != expect) return false;
-    expect *= shape[i];
+    if (__builtin_mul_overflow(expect, shape[i], &expect)) return false;
   }
   return true;
 }
 
 std::string TensorView::shape_string() const {
+  if (!valid_rank()) return "[rank " + std::to_string(rank) + "]";
   std::string s = "[";
   for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";

@@ -21,8 +21,8 @@
 
 namespace msa {
 
-// h_q, h_kv >= 1, h_q % h_kv == 0, group <= 16, d == 128 (until other instances exist),
-// topk in 1..32, finite non-negative scale.
+// h_q, h_kv in 1..kMaxHeads, h_q % h_kv == 0, group <= 16, d == 128 (until other instances
+// exist), topk in 1..32, finite non-negative scale.
 void validate_shape(const AttentionShape& shape);
 
 // K/V storage against the shape and batch: dtype, ranks, h_kv, d, page size in
@@ -40,6 +40,9 @@ void validate_kv(const KvCache& kv, const BatchInfo& batch, int h_kv, int d, DTy
 void validate_topk(const TensorView& topk, const BatchInfo& batch, int h_kv, int topk_width,
                    bool strict, Device device, bool head_major = true);
 
+// Options: a known backend and prefill path, q_per_item in 1..2^20.
+void validate_options(const Options& options);
+
 BatchInfo validate_prefill(const AttentionShape& shape, const PrefillArgs& args,
                            const Options& options, Device device);
 BatchInfo validate_decode(const AttentionShape& shape, const DecodeArgs& args,
@@ -47,6 +50,11 @@ BatchInfo validate_decode(const AttentionShape& shape, const DecodeArgs& args,
 BatchInfo validate_indexer(int h_i, int d, const IndexerArgs& args, Device device);
 BatchInfo validate_topk_args(int topk, const TopkArgs& args, Device device);
 // total_q is o_partial.shape[1]; on the CPU every split count must lie in [0, topk].
-void validate_combine(const AttentionShape& shape, const CombineArgs& args, Device device);
+void validate_combine(const AttentionShape& shape, const CombineArgs& args, Device device,
+                      bool strict = false);
+
+// Host-known problem sizes (workspace sizing, plan capacities): batch in [0, 2^31 - 1),
+// total_q in [0, 2^31), max_k_len in [0, kMaxKvLen].
+void validate_problem(const ProblemSize& problem);
 
 }  // namespace msa

@@ -1,5 +1,6 @@
 // The CPU backend's operator objects: validate, then call the reference functions.
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,10 @@ std::size_t partial_floats(const AttentionShape& s, std::int64_t total_q) {
 class Scratch {
  public:
   void borrow(void* data, std::size_t bytes) {
+    MSA_REQUIRE(reinterpret_cast<std::uintptr_t>(data) % 256 == 0, "workspace.data",
+                std::to_string(reinterpret_cast<std::uintptr_t>(data)), "must be 256-byte aligned");
     borrowed_ = static_cast<float*>(data);
-    borrowed_floats_ = bytes / sizeof(float);
+    borrowed_floats_ = data != nullptr ? bytes / sizeof(float) : 0;
   }
   float* get(std::size_t floats, bool may_allocate) {
     if (borrowed_) {
@@ -46,25 +49,72 @@ class Scratch {
   std::vector<float> owned_;
 };
 
+// The batch and selection a plan was built from, kept so that run() can prove it is given the
+// same ones (a plan applied to another batch would write partials out of bounds).
+struct PlannedInputs {
+  std::vector<std::int32_t> cu_q;  // [B + 1]
+  std::vector<std::int32_t> k_len; // [B]
+  std::vector<std::int32_t> topk;  // [h_kv, total_q, topk] contiguous copy
+
+  void keep(const BatchInfo& info, const TensorView& t) {
+    cu_q = info.cu_q;
+    k_len = info.k_len;
+    topk.resize(static_cast<std::size_t>(t.numel()));
+    std::size_t i = 0;
+    for (std::int64_t h = 0; h < t.dim(0); ++h)
+      for (std::int64_t q = 0; q < t.dim(1); ++q)
+        for (std::int64_t s = 0; s < t.dim(2); ++s) topk[i++] = t.ptr<const std::int32_t>()[t.offset(h, q, s)];
+  }
+
+  // Throws naming the first element of run()'s batch or top-k that differs from the plan's.
+  void expect_same(const BatchInfo& info, const TensorView& t) const {
+    const auto differ = [](const std::string& arg, std::int64_t got, std::int64_t planned) {
+      throw Error(arg, std::to_string(got),
+                  "differs from the planned value " + std::to_string(planned) +
+                      ": plan() again after changing the batch or the selection");
+    };
+    for (std::size_t b = 0; b < cu_q.size(); ++b)
+      if (info.cu_q[b] != cu_q[b]) differ("cu_seqlens_q[" + std::to_string(b) + "]", info.cu_q[b], cu_q[b]);
+    for (std::size_t b = 0; b < k_len.size(); ++b)
+      if (info.k_len[b] != k_len[b]) differ("k_len[" + std::to_string(b) + "]", info.k_len[b], k_len[b]);
+    std::size_t i = 0;
+    for (std::int64_t h = 0; h < t.dim(0); ++h)
+      for (std::int64_t q = 0; q < t.dim(1); ++q)
+        for (std::int64_t s = 0; s < t.dim(2); ++s, ++i) {
+          const std::int32_t v = t.ptr<const std::int32_t>()[t.offset(h, q, s)];
+          if (v != topk[i])
+            differ("topk[" + std::to_string(h) + ", " + std::to_string(q) + ", " + std::to_string(s) + "]", v,
+                   topk[i]);
+        }
+  }
+};
+
 class PrefillCpu final : public SparsePrefill::Impl {
  public:
-  void set_workspace(void* data, std::size_t bytes) override { scratch_.borrow(data, bytes); }
+  void set_workspace(void* data, std::size_t bytes) override {
+    scratch_.borrow(data, bytes);
+    planned_ = false;  // the partials' room is sized in plan()
+  }
 
   void plan(const VarlenBatch& batch, const TensorView& topk, cudaStream_t) override {
-    plan_ = build_k2q_csr(shape, batch, topk, options);
-    planned_ = true;
+    planned_ = false;
+    plan_ = build_k2q_csr(shape, batch, topk, options);  // validates batch and topk first
     scratch_.get(partial_floats(shape, plan_.total_q), /*may_allocate=*/true);
+    inputs_.keep(read_batch(batch), topk);
+    planned_ = true;
   }
 
   void run(const PrefillArgs& args, cudaStream_t) override {
     MSA_REQUIRE(planned_, "plan", "none", "call plan() before run()");
     const BatchInfo info = validate_prefill(shape, args, options, Device::kCpu);
-    MSA_REQUIRE(info.total_q == plan_.total_q, "q.shape[0]", std::to_string(info.total_q),
-                "differs from the planned total_q = " + std::to_string(plan_.total_q));
     MSA_REQUIRE(info.batch == plan_.batch, "k_len.shape[0]", std::to_string(info.batch),
                 "differs from the planned batch = " + std::to_string(plan_.batch));
+    MSA_REQUIRE(info.total_q == plan_.total_q, "q.shape[0]", std::to_string(info.total_q),
+                "differs from the planned total_q = " + std::to_string(plan_.total_q));
+    inputs_.expect_same(info, args.topk);
     float* o_partial = scratch_.get(partial_floats(shape, plan_.total_q), false);
-    float* lse_partial = o_partial + static_cast<std::size_t>(shape.topk) * plan_.total_q * shape.h_q * shape.d;
+    float* lse_partial = o_partial + static_cast<std::size_t>(shape.topk) * static_cast<std::size_t>(plan_.total_q) *
+                                         static_cast<std::size_t>(shape.h_q) * static_cast<std::size_t>(shape.d);
     cpu::sparse_prefill_partials(shape, args, plan_, o_partial, lse_partial);
 
     CombineArgs c;
@@ -80,25 +130,54 @@ class PrefillCpu final : public SparsePrefill::Impl {
     cpu::combine(shape, c);
   }
 
-  K2qCsr plan_snapshot() const override { return plan_; }
+  K2qCsr plan_snapshot() const override {
+    MSA_REQUIRE(planned_, "plan", "none", "call plan() before plan_snapshot()");
+    return plan_;
+  }
 
  private:
   K2qCsr plan_;
+  PlannedInputs inputs_;
   bool planned_ = false;
   Scratch scratch_;
 };
 
 class DecodeCpu final : public SparseDecode::Impl {
  public:
-  void set_workspace(void*, std::size_t) override {}  // the CPU decode needs no scratch
-  void plan(std::int64_t, int q_per_request, std::int64_t, cudaStream_t) override {
+  void set_workspace(void* data, std::size_t) override {  // the CPU decode needs no scratch
+    MSA_REQUIRE(reinterpret_cast<std::uintptr_t>(data) % 256 == 0, "workspace.data",
+                std::to_string(reinterpret_cast<std::uintptr_t>(data)), "must be 256-byte aligned");
+  }
+  void plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len, cudaStream_t) override {
+    planned_ = false;
     MSA_REQUIRE(q_per_request >= 1 && q_per_request <= 16, "q_per_request",
                 std::to_string(q_per_request), "must be in 1..16");
+    validate_problem(ProblemSize{batch, 0, max_seq_len});
+    MSA_REQUIRE(batch * q_per_request <= 2147483647, "batch", std::to_string(batch),
+                "batch * q_per_request query rows must fit in int32");
+    batch_ = batch;
+    q_per_request_ = q_per_request;
+    max_seq_len_ = max_seq_len;
+    planned_ = true;
   }
   void run(const DecodeArgs& args, cudaStream_t) override {
-    validate_decode(shape, args, options, Device::kCpu);
+    MSA_REQUIRE(planned_, "plan", "none", "call plan() before run()");
+    const BatchInfo info = validate_decode(shape, args, options, Device::kCpu);
+    MSA_REQUIRE(info.batch == batch_, "seq_len.shape[0]", std::to_string(info.batch),
+                "differs from the planned batch = " + std::to_string(batch_));
+    MSA_REQUIRE(args.q_per_request == q_per_request_, "q_per_request", std::to_string(args.q_per_request),
+                "differs from the planned q_per_request = " + std::to_string(q_per_request_));
+    // max_seq_len 0: no bound given (sparse_decode()).
+    MSA_REQUIRE(max_seq_len_ == 0 || info.max_k_len <= max_seq_len_, "seq_len", std::to_string(info.max_k_len),
+                "beyond the planned max_seq_len = " + std::to_string(max_seq_len_));
     cpu::sparse_decode(shape, args);
   }
+
+ private:
+  bool planned_ = false;
+  std::int64_t batch_ = 0;
+  int q_per_request_ = 0;
+  std::int64_t max_seq_len_ = 0;
 };
 
 class IndexerCpu final : public Indexer::Impl {
@@ -123,7 +202,7 @@ class CombineCpu final : public Combine::Impl {
  public:
   void plan(std::int64_t, cudaStream_t) override {}
   void run(const CombineArgs& args, cudaStream_t) override {
-    validate_combine(shape, args, Device::kCpu);
+    validate_combine(shape, args, Device::kCpu, options.strict);
     cpu::combine(shape, args);
   }
 };

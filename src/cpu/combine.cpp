@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "cpu/row_helpers.h"
 
@@ -21,18 +22,24 @@ void combine(const AttentionShape& shape, const CombineArgs& args) {
   const auto* lse_partial = lp.ptr<const float>();
   const auto* counts = args.split_counts.ptr<const std::int32_t>();
 
+  ParallelErrors errors;
 #pragma omp parallel
   {
-    std::vector<float> w(static_cast<std::size_t>(slots)), part(static_cast<std::size_t>(d)),
-        acc(static_cast<std::size_t>(d));
+    std::vector<float> w, part, acc;
+    errors.run([&] {
+      w.resize(static_cast<std::size_t>(slots));
+      part.resize(static_cast<std::size_t>(d));
+      acc.resize(static_cast<std::size_t>(d));
+    });
 #pragma omp for schedule(static)
-    for (std::int64_t q = 0; q < total_q; ++q) {
+    for (std::int64_t q = 0; q < total_q; ++q) errors.run([&] {
       for (int h = 0; h < shape.h_q; ++h) {
         // Clamped so that a bad count can never read past the partial buffers.
         const std::int64_t n = std::clamp<std::int64_t>(
             counts[args.split_counts.offset(q, h / group)], 0, slots);
-        const bool has_sink = args.sinks.present();
-        const float sink = has_sink ? args.sinks.ptr<const float>()[h * args.sinks.stride[0]] : 0.f;
+        const float* sink_ptr = sink_of(args.sinks, h);
+        const bool has_sink = sink_ptr != nullptr;
+        const float sink = has_sink ? *sink_ptr : 0.f;
         // NaN LSEs fail every comparison here and poison z below, which zeroes the row.
         float m = has_sink ? sink : kNegInf;
         for (std::int64_t s = 0; s < n; ++s) m = std::max(m, lse_partial[lp.offset(s, q, h)]);
@@ -57,8 +64,9 @@ void combine(const AttentionShape& shape, const CombineArgs& args) {
         store_row(args.out.data, args.out.dtype, args.out.offset(q, h, 0), d, acc.data());
         if (args.lse.present()) args.lse.ptr<float>()[args.lse.offset(q, h)] = lse;
       }
-    }
+    });
   }
+  errors.rethrow();
 }
 
 }  // namespace msa::cpu

@@ -6,6 +6,7 @@
 
 #include "core/batch.h"
 #include "cpu/online_softmax.h"
+#include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "cpu/row_helpers.h"
 
@@ -22,20 +23,25 @@ void sparse_decode(const AttentionShape& shape, const DecodeArgs& args) {
   const int d = shape.d;
   const int group = shape.group();
   const int q_per_request = args.q_per_request;
-  const float scale_log2 = shape.softmax_scale() * kLog2e;
+  const float scale = shape.softmax_scale();
   const KvRows rows(args.kv);
   const TensorView& topk = args.topk;
   const auto* ids = topk.ptr<const std::int32_t>();
   const int width = static_cast<int>(topk.dim(2));
 
+  ParallelErrors errors;
 #pragma omp parallel
   {
     GatheredKv kv;
     std::vector<std::int32_t> blocks;
     std::vector<std::int64_t> tokens, tile_end;
-    std::vector<float> q_row(static_cast<std::size_t>(d)), acc(static_cast<std::size_t>(d)), scores;
+    std::vector<float> q_row, acc, scores;
+    errors.run([&] {
+      q_row.resize(static_cast<std::size_t>(d));
+      acc.resize(static_cast<std::size_t>(d));
+    });
 #pragma omp for schedule(dynamic, 1)
-    for (std::int64_t r = 0; r < info.total_q; ++r) {
+    for (std::int64_t r = 0; r < info.total_q; ++r) errors.run([&] {
       const std::int64_t b = r / q_per_request;
       const std::int64_t pos = info.pos(b, r % q_per_request);
       for (int g = 0; g < shape.h_kv; ++g) {
@@ -54,14 +60,14 @@ void sparse_decode(const AttentionShape& shape, const DecodeArgs& args) {
         for (int h = g * group; h < (g + 1) * group; ++h) {
           load_row(args.q.data, args.q.dtype, args.q.offset(r, h, 0), d, q_row.data());
           OnlineSoftmax state;
-          if (args.sinks.present()) state.seed_sink(args.sinks.ptr<const float>()[h * args.sinks.stride[0]]);
+          if (const float* sink = sink_of(args.sinks, h)) state.seed_sink(*sink);
           std::fill(acc.begin(), acc.end(), 0.f);
           std::int64_t begin = 0;
           for (const std::int64_t end : tile_end) {
             if (end == begin) continue;
             float tile_max = -std::numeric_limits<float>::infinity();
             for (std::int64_t i = begin; i < end; ++i) {
-              scores[i] = dot_f32(q_row.data(), kv.k.data() + i * d, d) * scale_log2;
+              scores[i] = saturate_score(scale * dot_f32(q_row.data(), kv.k.data() + i * d, d)) * kLog2e;
               tile_max = std::max(tile_max, scores[i]);
             }
             if (state.update_max(tile_max, kLazyThreshold))
@@ -80,8 +86,9 @@ void sparse_decode(const AttentionShape& shape, const DecodeArgs& args) {
           if (args.lse.present()) args.lse.ptr<float>()[args.lse.offset(r, h)] = state.lse();
         }
       }
-    }
+    });
   }
+  errors.rethrow();
 }
 
 }  // namespace msa::cpu

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/batch.h"
+#include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "cpu/row_helpers.h"
 
@@ -17,15 +18,20 @@ void dense_causal(const AttentionShape& shape, const TensorView& q, const KvCach
   const double scale = shape.softmax_scale();
   const KvRows rows(kv);
 
+  ParallelErrors errors;
 #pragma omp parallel
   {
     GatheredKv keys;
     Fp64Scratch scratch;
     std::vector<std::int64_t> tokens;
-    std::vector<float> q_row(static_cast<std::size_t>(d)), o_row(static_cast<std::size_t>(d));
+    std::vector<float> q_row, o_row;
+    errors.run([&] {
+      q_row.resize(static_cast<std::size_t>(d));
+      o_row.resize(static_cast<std::size_t>(d));
+    });
 #pragma omp for schedule(dynamic, 4)
-    for (std::int64_t r = 0; r < info.total_q; ++r) {
-      const std::int64_t b = info.req_of[r];
+    for (std::int64_t r = 0; r < info.total_q; ++r) errors.run([&] {
+      const std::int64_t b = info.request_of(r);
       const std::int64_t pos = info.pos(b, r - info.cu_q[b]);
       tokens.resize(static_cast<std::size_t>(pos + 1));
       for (std::int64_t t = 0; t <= pos; ++t) tokens[t] = t;
@@ -33,16 +39,14 @@ void dense_causal(const AttentionShape& shape, const TensorView& q, const KvCach
         keys.gather(kv, rows, b, g, tokens, d);
         for (int h = g * group; h < (g + 1) * group; ++h) {
           load_row(q.data, q.dtype, q.offset(r, h, 0), d, q_row.data());
-          float sink = 0.f;
-          if (sinks.present()) sink = sinks.ptr<const float>()[h * sinks.stride[0]];
-          const float l = attend_fp64(q_row.data(), keys, d, scale, sinks.present() ? &sink : nullptr,
-                                      scratch, o_row.data());
+          const float l = attend_fp64(q_row.data(), keys, d, scale, sink_of(sinks, h), scratch, o_row.data());
           store_row(out.data, out.dtype, out.offset(r, h, 0), d, o_row.data());
           if (lse.present()) lse.ptr<float>()[lse.offset(r, h)] = l;
         }
       }
-    }
+    });
   }
+  errors.rethrow();
 }
 
 }  // namespace msa::cpu

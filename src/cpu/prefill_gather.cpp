@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/batch.h"
+#include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "cpu/row_helpers.h"
 
@@ -19,16 +20,21 @@ void sparse_prefill_gather(const AttentionShape& shape, const PrefillArgs& args)
   const auto* ids = topk.ptr<const std::int32_t>();
   const int width = static_cast<int>(topk.dim(2));
 
+  ParallelErrors errors;
 #pragma omp parallel
   {
     GatheredKv kv;
     Fp64Scratch scratch;
     std::vector<std::int32_t> blocks;
     std::vector<std::int64_t> tokens;
-    std::vector<float> q_row(static_cast<std::size_t>(d)), o_row(static_cast<std::size_t>(d));
+    std::vector<float> q_row, o_row;
+    errors.run([&] {
+      q_row.resize(static_cast<std::size_t>(d));
+      o_row.resize(static_cast<std::size_t>(d));
+    });
 #pragma omp for schedule(dynamic, 4)
-    for (std::int64_t r = 0; r < info.total_q; ++r) {
-      const std::int64_t b = info.req_of[r];
+    for (std::int64_t r = 0; r < info.total_q; ++r) errors.run([&] {
+      const std::int64_t b = info.request_of(r);
       const std::int64_t pos = info.pos(b, r - info.cu_q[b]);
       for (int g = 0; g < shape.h_kv; ++g) {
         selected_blocks(ids + topk.offset(g, r, 0), topk.stride[2], width, info.blocks(b), blocks);
@@ -41,16 +47,14 @@ void sparse_prefill_gather(const AttentionShape& shape, const PrefillArgs& args)
         kv.gather(args.kv, rows, b, g, tokens, d);
         for (int h = g * group; h < (g + 1) * group; ++h) {
           load_row(args.q.data, args.q.dtype, args.q.offset(r, h, 0), d, q_row.data());
-          float sink = 0.f;
-          if (args.sinks.present()) sink = args.sinks.ptr<const float>()[h * args.sinks.stride[0]];
-          const float lse = attend_fp64(q_row.data(), kv, d, scale,
-                                        args.sinks.present() ? &sink : nullptr, scratch, o_row.data());
+          const float lse = attend_fp64(q_row.data(), kv, d, scale, sink_of(args.sinks, h), scratch, o_row.data());
           store_row(args.out.data, args.out.dtype, args.out.offset(r, h, 0), d, o_row.data());
           if (args.lse.present()) args.lse.ptr<float>()[args.lse.offset(r, h)] = lse;
         }
       }
-    }
+    });
   }
+  errors.rethrow();
 }
 
 }  // namespace msa::cpu

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/batch.h"
+#include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "cpu/row_helpers.h"
 
@@ -23,15 +24,20 @@ void sparse_prefill_partials(const AttentionShape& shape, const PrefillArgs& arg
   const KvRows rows(args.kv);
   const auto work_count = static_cast<std::int64_t>(plan.work.size());
 
+  ParallelErrors errors;
 #pragma omp parallel
   {
     GatheredKv kv;
     std::vector<std::int64_t> tokens;
-    std::vector<float> q_row(static_cast<std::size_t>(d)), scores, acc(static_cast<std::size_t>(d));
+    std::vector<float> q_row, scores, acc;
+    errors.run([&] {
+      q_row.resize(static_cast<std::size_t>(d));
+      acc.resize(static_cast<std::size_t>(d));
+    });
     // Edges of different items are distinct (kv head, query, slot) triples, so the writes of
     // the threads never overlap.
 #pragma omp for schedule(dynamic, 1)
-    for (std::int64_t w = 0; w < work_count; ++w) {
+    for (std::int64_t w = 0; w < work_count; ++w) errors.run([&] {
       const WorkItem& item = plan.work[w];
       const std::int64_t b = item.b;
       const std::int64_t first = std::int64_t{item.block} * kBlockSize;
@@ -58,7 +64,7 @@ void sparse_prefill_partials(const AttentionShape& shape, const PrefillArgs& arg
           scores.resize(static_cast<std::size_t>(n_vis));
           float m = -std::numeric_limits<float>::infinity();
           for (std::int64_t i = 0; i < n_vis; ++i) {
-            scores[i] = scale * dot_f32(q_row.data(), kv.k.data() + i * d, d);
+            scores[i] = saturate_score(scale * dot_f32(q_row.data(), kv.k.data() + i * d, d));
             m = std::max(m, scores[i]);
           }
           float l = 0.f;
@@ -73,8 +79,9 @@ void sparse_prefill_partials(const AttentionShape& shape, const PrefillArgs& arg
           lse_partial[row] = m + std::log(l);
         }
       }
-    }
+    });
   }
+  errors.rethrow();
 }
 
 }  // namespace msa::cpu

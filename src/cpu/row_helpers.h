@@ -17,6 +17,27 @@ namespace msa::cpu {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 
+// docs/numerics.md, "Extreme values": a scaled score s = scale * <q, k> that overflows or is
+// not a number saturates to [-kScoreLimit, kScoreLimit] (NaN to -kScoreLimit) before the
+// softmax, so every softmax sees finite scores and no output is NaN. 2^126 leaves room for the
+// base-2 kernels' factor log2(e) and for lse = max + ln(sum) to stay finite.
+inline constexpr float kScoreLimit = 0x1p126f;
+inline float saturate_score(float s) {
+  return s > kScoreLimit ? kScoreLimit : (s >= -kScoreLimit ? s : -kScoreLimit);
+}
+inline double saturate_score(double s) {
+  constexpr double kLimit = kScoreLimit;
+  return s > kLimit ? kLimit : (s >= -kLimit ? s : -kLimit);
+}
+
+// The sink of query head h, or nullptr when there is none: absent sinks, and (docs/numerics.md)
+// a sink that is not finite, which is ignored (strict mode rejects it instead).
+inline const float* sink_of(const TensorView& sinks, std::int64_t h) {
+  if (!sinks.present()) return nullptr;
+  const float* v = sinks.ptr<const float>() + h * sinks.stride[0];
+  return std::isfinite(*v) ? v : nullptr;
+}
+
 // Converts d contiguous elements starting at element offset off of base to float.
 inline void load_row(const void* base, DType t, std::int64_t off, int d, float* dst) {
   switch (t) {
@@ -102,7 +123,7 @@ inline float attend_fp64(const float* q_row, const GatheredKv& kv, int d, double
   scores.resize(static_cast<std::size_t>(kv.n));
   double m = sink ? static_cast<double>(*sink) : kNegInf;
   for (std::int64_t i = 0; i < kv.n; ++i) {
-    scores[i] = scale * dot_f64(q_row, kv.k.data() + i * d, d);
+    scores[i] = saturate_score(scale * dot_f64(q_row, kv.k.data() + i * d, d));
     m = std::max(m, scores[i]);
   }
   std::fill(out_row, out_row + d, 0.f);

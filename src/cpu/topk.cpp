@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/batch.h"
+#include "cpu/parallel.h"
 #include "cpu/reference.h"
 
 namespace msa::cpu {
@@ -18,20 +19,21 @@ void topk_select(const TopkArgs& args, int topk) {
   const int h = static_cast<int>(out.dim(0));
   const std::int64_t rows = static_cast<std::int64_t>(h) * info.total_q;
 
+  ParallelErrors errors;
 #pragma omp parallel
   {
     std::vector<std::int32_t> ids;
 #pragma omp for schedule(dynamic, 16)
-    for (std::int64_t hr = 0; hr < rows; ++hr) {
+    for (std::int64_t hr = 0; hr < rows; ++hr) errors.run([&] {
       const std::int64_t head = hr / info.total_q;
       const std::int64_t r = hr % info.total_q;
-      const std::int64_t b = info.req_of[r];
+      const std::int64_t b = info.request_of(r);
       const auto local = static_cast<std::int32_t>(info.pos(b, r - info.cu_q[b]) / kBlockSize);
       std::int32_t* row = out.ptr<std::int32_t>() + out.offset(head, r, 0);
       auto put = [&](int slot, std::int32_t v) { row[slot * out.stride[2]] = v; };
       if (local + 1 <= topk) {
         for (int s = 0; s < topk; ++s) put(s, s <= local ? s : -1);
-        continue;
+        return;
       }
       const float* sc = scores.ptr<const float>() + scores.offset(head, r, 0);
       const std::int64_t col_stride = scores.stride[2];
@@ -47,8 +49,9 @@ void topk_select(const TopkArgs& args, int topk) {
       std::partial_sort(ids.begin(), ids.begin() + (topk - 1), ids.end(), before);
       for (int s = 0; s < topk - 1; ++s) put(s, ids[s]);
       put(topk - 1, local);
-    }
+    });
   }
+  errors.rethrow();
 }
 
 }  // namespace msa::cpu

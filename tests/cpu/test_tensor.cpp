@@ -59,7 +59,8 @@ TEST(Batch, ReadsPositionsAndRejectsShortKv) {
   EXPECT_EQ(info.total_q, 8);
   EXPECT_EQ(info.pos(0, 0), 127);
   EXPECT_EQ(info.blocks(0), 2);
-  EXPECT_EQ(info.req_of[3], 2);
+  EXPECT_EQ(info.request_of(3), 2);
+  EXPECT_EQ(info.request_of(2), 0);  // request 1 is empty: row 3 opens request 2
   EXPECT_EQ(info.max_k_len, 130);
   kl[2] = 4;  // k_len < q_len
   try {
