@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/impl.h"
+#include "core/plan_inputs.h"
 #include "core/validate.h"
 #include "cpu/reference.h"
 
@@ -49,46 +50,6 @@ class Scratch {
   std::vector<float> owned_;
 };
 
-// The batch and selection a plan was built from, kept so that run() can prove it is given the
-// same ones (a plan applied to another batch would write partials out of bounds).
-struct PlannedInputs {
-  std::vector<std::int32_t> cu_q;  // [B + 1]
-  std::vector<std::int32_t> k_len; // [B]
-  std::vector<std::int32_t> topk;  // [h_kv, total_q, topk] contiguous copy
-
-  void keep(const BatchInfo& info, const TensorView& t) {
-    cu_q = info.cu_q;
-    k_len = info.k_len;
-    topk.resize(static_cast<std::size_t>(t.numel()));
-    std::size_t i = 0;
-    for (std::int64_t h = 0; h < t.dim(0); ++h)
-      for (std::int64_t q = 0; q < t.dim(1); ++q)
-        for (std::int64_t s = 0; s < t.dim(2); ++s) topk[i++] = t.ptr<const std::int32_t>()[t.offset(h, q, s)];
-  }
-
-  // Throws naming the first element of run()'s batch or top-k that differs from the plan's.
-  void expect_same(const BatchInfo& info, const TensorView& t) const {
-    const auto differ = [](const std::string& arg, std::int64_t got, std::int64_t planned) {
-      throw Error(arg, std::to_string(got),
-                  "differs from the planned value " + std::to_string(planned) +
-                      ": plan() again after changing the batch or the selection");
-    };
-    for (std::size_t b = 0; b < cu_q.size(); ++b)
-      if (info.cu_q[b] != cu_q[b]) differ("cu_seqlens_q[" + std::to_string(b) + "]", info.cu_q[b], cu_q[b]);
-    for (std::size_t b = 0; b < k_len.size(); ++b)
-      if (info.k_len[b] != k_len[b]) differ("k_len[" + std::to_string(b) + "]", info.k_len[b], k_len[b]);
-    std::size_t i = 0;
-    for (std::int64_t h = 0; h < t.dim(0); ++h)
-      for (std::int64_t q = 0; q < t.dim(1); ++q)
-        for (std::int64_t s = 0; s < t.dim(2); ++s, ++i) {
-          const std::int32_t v = t.ptr<const std::int32_t>()[t.offset(h, q, s)];
-          if (v != topk[i])
-            differ("topk[" + std::to_string(h) + ", " + std::to_string(q) + ", " + std::to_string(s) + "]", v,
-                   topk[i]);
-        }
-  }
-};
-
 class PrefillCpu final : public SparsePrefill::Impl {
  public:
   void set_workspace(void* data, std::size_t bytes) override {
@@ -100,7 +61,7 @@ class PrefillCpu final : public SparsePrefill::Impl {
     planned_ = false;
     plan_ = build_k2q_csr(shape, batch, topk, options);  // validates batch and topk first
     scratch_.get(partial_floats(shape, plan_.total_q), /*may_allocate=*/true);
-    inputs_.keep(read_batch(batch), topk);
+    inputs_.keep(batch, topk);
     planned_ = true;
   }
 
@@ -111,7 +72,7 @@ class PrefillCpu final : public SparsePrefill::Impl {
                 "differs from the planned batch = " + std::to_string(plan_.batch));
     MSA_REQUIRE(info.total_q == plan_.total_q, "q.shape[0]", std::to_string(info.total_q),
                 "differs from the planned total_q = " + std::to_string(plan_.total_q));
-    inputs_.expect_same(info, args.topk);
+    inputs_.expect_same(args.batch, args.topk);
     float* o_partial = scratch_.get(partial_floats(shape, plan_.total_q), false);
     float* lse_partial = o_partial + static_cast<std::size_t>(shape.topk) * static_cast<std::size_t>(plan_.total_q) *
                                          static_cast<std::size_t>(shape.h_q) * static_cast<std::size_t>(shape.d);
@@ -137,7 +98,7 @@ class PrefillCpu final : public SparsePrefill::Impl {
 
  private:
   K2qCsr plan_;
-  PlannedInputs inputs_;
+  PlanInputs inputs_;
   bool planned_ = false;
   Scratch scratch_;
 };

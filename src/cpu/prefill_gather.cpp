@@ -42,7 +42,8 @@ void sparse_prefill_gather(const AttentionShape& shape, const PrefillArgs& args)
         tokens.clear();
         for (const std::int32_t p : blocks) {
           const std::int64_t end = std::min<std::int64_t>((p + 1) * std::int64_t{kBlockSize}, pos + 1);
-          for (std::int64_t t = std::int64_t{p} * kBlockSize; t < end; ++t) tokens.push_back(t);
+          for (std::int64_t t = std::int64_t{p} * kBlockSize; t < end; ++t)
+            if (rows.valid(b, t)) tokens.push_back(t);
         }
         kv.gather(args.kv, rows, b, g, tokens, d);
         for (int h = g * group; h < (g + 1) * group; ++h) {

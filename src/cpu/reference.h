@@ -27,7 +27,9 @@ void indexer(const IndexerArgs& args, float scale);
 void topk_select(const TopkArgs& args, int topk);
 
 // Sparse prefill, formulation 1: per (query, head), gather the selected blocks' visible keys
-// and take one masked softmax in FP64. Writes out and (if present) lse.
+// and take one masked softmax in FP64. Writes out and (if present) lse. Unlike the validated
+// operators it accepts page-table entries out of range (or past page_table.shape[1]) and treats
+// their tokens as invisible: the oracle of the CUDA backend's rule without strict mode.
 void sparse_prefill_gather(const AttentionShape& shape, const PrefillArgs& args);
 
 // Sparse prefill, formulation 2: for every work item of the plan, attention of each of its

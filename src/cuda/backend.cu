@@ -9,6 +9,7 @@
 #include "core/batch.h"
 #include "core/check.h"
 #include "core/impl.h"
+#include "core/plan_inputs.h"
 #include "core/validate.h"
 #include "cuda/combine/launch.h"
 #include "cuda/common/check.h"
@@ -123,10 +124,32 @@ PrefillWorkspace carve(const PrefillLayout& l, std::int64_t batch, void* base) {
 
 bool contiguous_vector(const TensorView& t) { return t.dim(0) <= 1 || t.stride[0] == 1; }
 
-void check_int32_vector(const TensorView& t, const std::string& name) {
-  check_present(t, name);
-  check_dtype(t, name, DType::kInt32);
-  check_rank(t, name, 1);
+// Host copies of device tensors for the checks that need values (strict mode): each mirror
+// is the addressed span of a validated view (strides >= 0), seen with the same strides.
+class HostMirrors {
+ public:
+  TensorView mirror(const TensorView& t, cudaStream_t stream) {
+    if (!t.present() || t.device == Device::kCpu || t.numel() == 0) return t;
+    std::int64_t span = 1;
+    for (int i = 0; i < t.rank; ++i) span += (t.dim(i) - 1) * t.stride[i];
+    const std::size_t bytes = static_cast<std::size_t>(span) * dtype_size(t.dtype);
+    auto& buf = buffers_.emplace_back((bytes + 3) / 4);
+    MSA_CUDA_CHECK(cudaMemcpyAsync(buf.data(), t.data, bytes, cudaMemcpyDeviceToHost, stream));
+    TensorView h = t;
+    h.data = buf.data();
+    h.device = Device::kCpu;
+    return h;
+  }
+  void wait(cudaStream_t stream) { MSA_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+ private:
+  std::vector<std::vector<std::uint32_t>> buffers_;
+};
+
+// The same view, labelled as host memory: for checks that read only its metadata.
+TensorView as_host(TensorView t) {
+  if (t.present()) t.device = Device::kCpu;
+  return t;
 }
 
 void copy_to_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
@@ -160,8 +183,8 @@ class PrefillCuda final : public SparsePrefill::Impl {
                     cudaStream_t stream) override {
     planned_ = false;
     check_prefill_shape(shape);
-    check_int32_vector(batch.k_len, "k_len");
-    check_int32_vector(batch.cu_seqlens_q, "cu_seqlens_q");
+    check_int32_vector(batch.k_len, "k_len", batch.k_len.device);
+    check_int32_vector(batch.cu_seqlens_q, "cu_seqlens_q", batch.cu_seqlens_q.device);
     const Device batch_device = batch.k_len.device;
     MSA_REQUIRE(batch.cu_seqlens_q.device == batch_device, "cu_seqlens_q.device",
                 to_string(batch.cu_seqlens_q.device), "must be where k_len is (" + to_string(batch_device) + ")");
@@ -188,10 +211,12 @@ class PrefillCuda final : public SparsePrefill::Impl {
       info.batch = b_count;
       info.total_q = total_q;
     }
-    // Strict producer-contract checks need the batch values on the host.
     const bool host_topk = topk.device == Device::kCpu;
     validate_topk(topk, info, shape.h_kv, shape.topk, options.strict && host_batch && host_topk,
                   topk.device);
+    // Strict mode checks device-resident batch and top-k values on the host: one synchronisation
+    // (strict is opt-in, and such a plan() cannot be captured in a graph).
+    if (options.strict && (!host_batch || !host_topk)) strict_plan_check(batch, topk, host_batch ? -1 : max_k_len, stream);
 
     const ProblemSize problem{b_count, total_q, max_k_len};
     layout_ = prefill_layout(shape, problem, options);
@@ -249,6 +274,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       MSA_CUDA_CHECK(cudaGetDevice(&device));
       MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
     }
+    inputs_.keep(batch, topk);
     plan_stream_ = stream;
     batch_staged_ = host_batch;
     topk_staged_ = host_topk;
@@ -260,6 +286,11 @@ class PrefillCuda final : public SparsePrefill::Impl {
   void run(const PrefillArgs& args, cudaStream_t stream) override {
     MSA_REQUIRE(planned_, "plan", "none", "call plan() before run()");
     check_prefill_shape(shape);
+    // The batch and top-k the plan was built from: host values, or the same device tensors.
+    check_int32_vector(args.batch.k_len, "k_len", args.batch.k_len.device);
+    check_int32_vector(args.batch.cu_seqlens_q, "cu_seqlens_q", args.batch.cu_seqlens_q.device);
+    check_tensor(args.topk, "topk", args.topk.device, DType::kInt32, 3);
+    inputs_.expect_same(args.batch, args.topk);
     // CPU batch / top-k tensors are those planned: use their device copies.
     PrefillArgs a = args;
     if (a.batch.k_len.present() && a.batch.k_len.device == Device::kCpu && batch_staged_) {
@@ -285,6 +316,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
     MSA_REQUIRE(!a.lse.present() || (a.lse.stride[0] == shape.h_q && a.lse.stride[1] == 1), "lse.stride",
                 a.lse.present() ? std::to_string(a.lse.stride[0]) + ", " + std::to_string(a.lse.stride[1]) : "",
                 "lse must be contiguous [total_q, h_q]");
+    // Strict mode: every value check of the CPU backend (page table entries, sinks, top-k
+    // rows, lengths) on host copies, before anything is launched.
+    if (options.strict) strict_run_check(a, stream);
     if (planned_total_q_ == 0) return;  // no query: nothing to write
 
     PrefillParams p{};
@@ -302,6 +336,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       p.page_size = static_cast<int>(k.dim(2));
       p.page_table = a.kv.page_table.ptr<const std::int32_t>();
       p.stride_page_table = a.kv.page_table.stride[0];
+      p.page_table_cols = a.kv.page_table.dim(1);
       p.cu_seqlens_k = nullptr;
     } else {
       p.stride_kv_page = 0;
@@ -312,6 +347,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       p.page_size = 0;
       p.page_table = nullptr;
       p.stride_page_table = 0;
+      p.page_table_cols = 0;
       p.cu_seqlens_k = a.kv.cu_seqlens_k.ptr<const std::int32_t>();
     }
     p.cu_seqlens_q = a.batch.cu_seqlens_q.ptr<const std::int32_t>();
@@ -377,6 +413,39 @@ class PrefillCuda final : public SparsePrefill::Impl {
   }
 
  private:
+  // Strict plan() with device-resident batch or top-k: the host checks on copies; with a
+  // device batch also every k_len against the bound the capacities were sized from.
+  void strict_plan_check(const VarlenBatch& batch, const TensorView& topk, std::int64_t max_k_len,
+                         cudaStream_t stream) const {
+    HostMirrors m;
+    const VarlenBatch hb{m.mirror(batch.cu_seqlens_q, stream), m.mirror(batch.k_len, stream)};
+    const TensorView ht = m.mirror(topk, stream);
+    m.wait(stream);
+    const BatchInfo info = read_batch(hb);
+    MSA_REQUIRE(info.total_q == topk.dim(1), "topk.shape[1]", std::to_string(topk.dim(1)),
+                "must equal cu_seqlens_q[B] = " + std::to_string(info.total_q));
+    for (std::int64_t b = 0; max_k_len >= 0 && b < info.batch; ++b)
+      MSA_REQUIRE(info.k_len[b] <= max_k_len, "k_len[" + std::to_string(b) + "]", std::to_string(info.k_len[b]),
+                  "beyond the max_k_len = " + std::to_string(max_k_len) + " given to plan()");
+    validate_topk(ht, info, shape.h_kv, shape.topk, /*strict=*/true, Device::kCpu);
+  }
+
+  // Strict run(): validate_prefill on the host, with host copies of every tensor whose values
+  // it reads and the others relabelled (only their metadata is read).
+  void strict_run_check(const PrefillArgs& a, cudaStream_t stream) const {
+    HostMirrors m;
+    PrefillArgs h = a;
+    h.batch.cu_seqlens_q = m.mirror(a.batch.cu_seqlens_q, stream);
+    h.batch.k_len = m.mirror(a.batch.k_len, stream);
+    h.topk = m.mirror(a.topk, stream);
+    h.kv.page_table = m.mirror(a.kv.page_table, stream);
+    h.kv.cu_seqlens_k = m.mirror(a.kv.cu_seqlens_k, stream);
+    h.sinks = m.mirror(a.sinks, stream);
+    m.wait(stream);
+    for (TensorView* t : {&h.q, &h.kv.k, &h.kv.v, &h.out, &h.lse}) *t = as_host(*t);
+    validate_prefill(shape, h, options, Device::kCpu);
+  }
+
   // The caller's memory (checked) or this object's, grown here (plan may allocate).
   void* workspace(std::size_t bytes) {
     if (borrowed_ != nullptr) {
@@ -417,6 +486,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
   std::size_t owned_bytes_ = 0;
 
   bool planned_ = false;
+  PlanInputs inputs_;
   bool routed_ = false;  // plan() routed tiles into ws_.union_* (PrefillPath::kAuto)
   PrefillLayout layout_{};
   PrefillWorkspace ws_{};

@@ -38,6 +38,7 @@
 #include "core/check.h"
 #include "core/tile_route.h"
 #include "cuda/common/check.h"
+#include "cuda/common/cub_temp.h"
 
 namespace msa::cuda {
 
@@ -497,12 +498,6 @@ std::int64_t next_pow2(std::int64_t v) {
   return p;
 }
 
-std::size_t cub_scan_bytes(std::int64_t items) {
-  std::size_t bytes = 0;
-  MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<RowTotal*>(nullptr),
-                                               static_cast<RowTotal*>(nullptr), static_cast<int>(items)));
-  return bytes;
-}
 
 K2qBuildParams make_params(const K2qDeviceSizes& sizes, const K2qDeviceInputs& in,
                            const K2qDeviceBuffers& out) {
@@ -607,7 +602,7 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
   s.unit_counts = i32(static_cast<std::int64_t>(h_kv) * g.max_units * g.max_blocks);
   s.row_totals = round256(static_cast<std::size_t>(h_kv * rows1) * sizeof(RowTotal));
   s.row_scan = s.row_totals;
-  s.cub_temp = round256(cub_scan_bytes(h_kv * rows1));
+  s.cub_temp = round256(cub_temp_bound(h_kv * rows1));
   s.total = s.row_coords + s.row_ptr + s.q_indices + s.qsplit + s.split_counts + s.work +
             s.work_count + s.total_rows + s.row_of + s.unit_start + s.unit_counts +
             s.row_totals + s.row_scan + s.cub_temp;
@@ -674,7 +669,10 @@ void build_k2q_device(const K2qDeviceSizes& sizes, const K2qDeviceInputs& in,
                          static_cast<unsigned>(g.h_kv));
   k2q_unit_prefix_kernel<<<prefix_grid, kPrefixWarps * 32, 0, stream>>>(p);
 
-  std::size_t temp_bytes = sizes.cub_temp;
+  std::size_t temp_bytes = 0;
+  MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, p.row_totals, p.row_scan,
+                                               static_cast<int>(scan_items), stream));
+  cub_temp_check(temp_bytes, sizes.cub_temp, "k2q scan scratch");
   MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(out.cub_temp, temp_bytes, p.row_totals, p.row_scan,
                                                static_cast<int>(scan_items), stream));
 

@@ -10,6 +10,7 @@
 
 #include "core/tile_route.h"
 #include "cuda/common/check.h"
+#include "cuda/common/cub_temp.h"
 #include "msa/error.h"
 
 namespace msa::cuda {
@@ -96,14 +97,7 @@ std::int64_t tile_route_tiles(int h_kv, std::int64_t total_q, int q_per_tile) {
   return q_per_tile < 1 ? 0 : tiles_per_head(total_q, q_per_tile) * h_kv;
 }
 
-std::size_t tile_route_temp_bytes(std::int64_t tiles) {
-  std::size_t bytes = 0;
-  MSA_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, bytes, thrust::counting_iterator<std::int32_t>(0),
-                                            static_cast<const std::uint8_t*>(nullptr),
-                                            static_cast<std::int32_t*>(nullptr),
-                                            static_cast<std::int32_t*>(nullptr), std::max<std::int64_t>(tiles, 1)));
-  return bytes;
-}
+std::size_t tile_route_temp_bytes(std::int64_t tiles) { return cub_temp_bound(std::max<std::int64_t>(tiles, 1)); }
 
 void launch_tile_route(const TileRouteParams& p, cudaStream_t stream) {
   check(p);
@@ -115,7 +109,10 @@ void launch_tile_route(const TileRouteParams& p, cudaStream_t stream) {
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>((tiles + kWarps - 1) / kWarps, 4096));
   tile_route_kernel<<<grid, kWarps * 32, 0, stream>>>(p);
   MSA_CUDA_CHECK(cudaGetLastError());
-  std::size_t bytes = p.temp_bytes;
+  std::size_t bytes = 0;
+  MSA_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, bytes, thrust::counting_iterator<std::int32_t>(0), p.union_tile,
+                                            p.union_list, p.union_count, tiles, stream));
+  cub_temp_check(bytes, p.temp_bytes, "tile route scratch");
   MSA_CUDA_CHECK(cub::DeviceSelect::Flagged(p.temp, bytes, thrust::counting_iterator<std::int32_t>(0), p.union_tile,
                                             p.union_list, p.union_count, tiles, stream));
 }

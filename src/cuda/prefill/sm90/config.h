@@ -109,6 +109,7 @@ struct SharedStorage {
   alignas(1024) Element v[kStages][cute::cosize_v<TmaTraits::SmemLayoutK>];  // [token, d] swizzled
   alignas(1024) Element q[2][cute::cosize_v<TmaTraits::SmemLayoutQ>];        // [row, d], then O
   RowInfo rows[2][TmaTraits::kTileM];
+  std::uint32_t chunks[2];  // per Q buffer: the item's block_chunks() (16-token chunks on valid pages)
   alignas(8) std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
   std::uint64_t q_full[2], q_empty[2];

@@ -67,6 +67,7 @@ __device__ __forceinline__ void run_builders(const PrefillParams& p, const Prefi
     // Each builder's arrival publishes its row facts; builder 0 also arms the Q bytes (TMA
     // completions may come first: the transaction count goes negative meanwhile).
     if (bt == 0) {
+      smem.chunks[buf] = block_chunks(p, it.b, it.block_start, it.k_len);
       const int real = max(0, min(kRows, it.rows - base));
       Barrier64::arrive_and_expect_tx(&smem.q_full[buf],
                                       static_cast<std::uint32_t>(real * TmaTraits::kHeadDim * sizeof(Element)));
@@ -112,6 +113,7 @@ __device__ __forceinline__ void run_consumers(const PrefillParams& p, const Pref
       const bool last = tile + 1 == tiles;
       Barrier64::wait(&smem.q_full[buf], phase_of(step));
       const RowInfo* facts = smem.rows[buf];
+      const std::uint32_t chunks = smem.chunks[buf];
       int key_limit[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) key_limit[half] = facts[row[half]].key_limit;
@@ -130,7 +132,7 @@ __device__ __forceinline__ void run_consumers(const PrefillParams& p, const Pref
 
       auto frag_p = make_frag_p();
       float m_scaled[2], row_sum[2];
-      softmax_block(acc_s, frag_p, key_limit, p.scale_log2, ct, m_scaled, row_sum);
+      softmax_block(acc_s, frag_p, key_limit, chunks, p.scale_log2, ct, m_scaled, row_sum);
 
       Tensor acc_o = partition_fragment_C(TmaTraits::MmaPV{}, Shape<Int<TmaTraits::kTileM>, Int<TmaTraits::kHeadDim>>{});
       Barrier64::wait(&smem.v_full[s], phase_of(use));

@@ -71,9 +71,12 @@ __device__ __forceinline__ void load_block(const PrefillParams& p, const CUtenso
   int token, page;
   if (p.page_table != nullptr) {
     const int logical = block_start + t0;
+    const int col = logical / box_rows;
     token = 0;
-    page = logical < k_len ? p.page_table[std::int64_t(b) * p.stride_page_table + logical / box_rows]
-                           : static_cast<int>(min(p.num_pages, std::int64_t(INT32_MAX)));
+    // Ids outside [0, num_pages) address out of bounds too: zeros, never another's memory.
+    page = logical < k_len && col < p.page_table_cols
+               ? p.page_table[std::int64_t(b) * p.stride_page_table + col]
+               : static_cast<int>(min(p.num_pages, std::int64_t(INT32_MAX)));
   } else {
     token = p.cu_seqlens_k[b] + block_start;
     page = 0;
@@ -82,6 +85,28 @@ __device__ __forceinline__ void load_block(const PrefillParams& p, const CUtenso
   for (int c = 0; c < TmaTraits::kColHalves; ++c)
     cute::SM90_TMA_LOAD_4D::copy(map, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST),
                                  dst + TmaTraits::kv_box_offset(t0, c), c * TmaTraits::kBoxCols, token, kv_head, page);
+}
+
+// Tokens of a block are visible only on valid pages (docs/numerics.md): bit c of the result
+// says that tokens [16c, 16c + 16) lie on a page-table entry inside the table and in
+// [0, num_pages). Tokens past k_len count as valid (the key limits hide them). Flat K/V: all.
+constexpr std::uint32_t kAllChunks = (1u << (TmaTraits::kBlockN / 16)) - 1u;
+
+__device__ __forceinline__ std::uint32_t block_chunks(const PrefillParams& p, int b, int block_start, int k_len) {
+  if (p.page_table == nullptr) return kAllChunks;
+  std::uint32_t mask = 0;
+  const int per_page = p.page_size / 16;
+  for (int t0 = 0; t0 < TmaTraits::kBlockN; t0 += p.page_size) {
+    const int logical = block_start + t0;
+    const int col = logical / p.page_size;
+    bool valid = logical >= k_len;
+    if (!valid && col < p.page_table_cols) {
+      const int page = p.page_table[std::int64_t(b) * p.stride_page_table + col];
+      valid = page >= 0 && page < p.num_pages;
+    }
+    if (valid) mask |= ((1u << per_page) - 1u) << (t0 / 16);
+  }
+  return mask;
 }
 
 // Zeroes token rows [tokens, 128) of a K-layout block (whole 128-byte rows, so the swizzle
@@ -208,11 +233,18 @@ __device__ __forceinline__ auto make_frag_p() {
 }
 
 // Sets S to -inf past each row's visible keys (key_limit per row half: keys [0, limit) of the
-// block); a warp whose rows all see the whole block skips it. Value i of the m64nNk16
-// accumulator is column 8 * (i / 4) + (i & 1) + 2 * (lane % 4): the constant part is compared
-// with the limit less the lane's part, so that no per-value column is kept in a register.
+// block) and on the 16-token chunks of invalid pages (`chunks`, block_chunks()); a warp whose
+// rows all see the whole block of valid pages skips it. Value i of the m64nNk16 accumulator is
+// column 8 * (i / 4) + (i & 1) + 2 * (lane % 4): the constant part is compared with the limit
+// less the lane's part, so that no per-value column is kept in a register, and its 16-token
+// chunk is i / 8 whatever the lane.
 template <class AccS>
-__device__ __forceinline__ void mask_keys(AccS& acc_s, const int (&key_limit)[2], int ct) {
+__device__ __forceinline__ void mask_keys(AccS& acc_s, const int (&key_limit)[2], std::uint32_t chunks, int ct) {
+  if (chunks != kAllChunks) {  // rare: a page-table entry out of range
+#pragma unroll
+    for (int i = 0; i < cute::size(acc_s); ++i)
+      if (!((chunks >> (i >> 3)) & 1u)) acc_s(i) = -INFINITY;
+  }
   if (__all_sync(0xffffffffu, key_limit[0] == TmaTraits::kBlockN && key_limit[1] == TmaTraits::kBlockN)) return;
   const int lane_col = 2 * (ct % 4);
   const int lim[2] = {key_limit[0] - lane_col, key_limit[1] - lane_col};
@@ -280,7 +312,10 @@ __device__ __forceinline__ void prepare_row(const PrefillParams& p, const Prefil
   const int qg = it.q_row0 + q_local;
   // Visible: t < tokens (below k_len) and block_start + t <= pos (causal).
   const int causal = it.pos0 + q_local - it.block_start + 1;
-  rows[r] = RowInfo{qg, h, static_cast<int>(qsplit >> 24), max(0, min(it.tokens, causal))};
+  // A row outside [0, total_q) (cu_seqlens_q changed on the device since plan()) is padding:
+  // its box still loads (TMA zero-fills it, keeping the byte count) but nothing is stored.
+  const bool in_range = qg >= 0 && qg < p.total_q;
+  rows[r] = RowInfo{in_range ? qg : -1, h, static_cast<int>(qsplit >> 24), max(0, min(it.tokens, causal))};
   if (r % tma.q_box_rows == 0) {
 #pragma unroll
     for (int c = 0; c < TmaTraits::kColHalves; ++c)
@@ -294,9 +329,10 @@ __device__ __forceinline__ void prepare_row(const PrefillParams& p, const Prefil
 // (max * scale_log2, 0 for an empty row) and this thread's part of the row sum (the quad's
 // four parts add up in the epilogue).
 template <class AccS, class FragP>
-__device__ __forceinline__ void softmax_block(AccS& acc_s, FragP& frag_p, const int (&key_limit)[2], float scale_log2,
-                                              int ct, float (&m_scaled)[2], float (&row_sum)[2]) {
-  mask_keys(acc_s, key_limit, ct);
+__device__ __forceinline__ void softmax_block(AccS& acc_s, FragP& frag_p, const int (&key_limit)[2],
+                                              std::uint32_t chunks, float scale_log2, int ct, float (&m_scaled)[2],
+                                              float (&row_sum)[2]) {
+  mask_keys(acc_s, key_limit, chunks, ct);
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int i = 0; i < cute::size(acc_s); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], acc_s(i));

@@ -27,6 +27,8 @@ struct PrefillParams {
   int page_size;                  // 16, 32, 64 or 128; 0 for flat
   const std::int32_t* page_table; // [B, max_pages]; null for flat
   std::int64_t stride_page_table; // row stride of page_table
+  std::int64_t page_table_cols;   // max_pages: pages past it, like ids outside [0, num_pages),
+                                  // read as zeros and their tokens are invisible
   const std::int32_t* cu_seqlens_k; // [B + 1]; flat only, else may be null
 
   // Batch.

@@ -36,6 +36,7 @@ constexpr int kMaxEntries = kMaxQueries * kMaxTopk;
 struct UnionList {
   std::int32_t block[kMaxEntries];     // union entry u: segment << 24 | request-local block id
   std::uint32_t members[kMaxEntries];  // bit i: tile query i selected entry u's block
+  std::uint8_t chunks[kMaxEntries];    // its block's 16-token chunks on valid pages (block_chunks)
   std::int32_t q_pos[kMaxQueries];     // position of tile query i in its request
   std::int32_t seg_b[kMaxQueries];     // request of tile segment s
   std::int32_t seg_klen[kMaxQueries];  // its k_len

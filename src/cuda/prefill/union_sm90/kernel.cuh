@@ -142,7 +142,7 @@ __device__ __forceinline__ void run_consumers(const UnionParams& p, const Prefil
           Barrier64::arrive(&smem.k_empty[s]);
           int limit[2];
           key_limits(u, limit);
-          softmax_online(acc_s, frag_p, acc_o, limit, p.attn.scale_log2, st, ct);
+          softmax_online(acc_s, frag_p, acc_o, limit, list.chunks[u], p.attn.scale_log2, st, ct);
         }
         if constexpr (kPv) Barrier64::arrive(&smem.v_empty[sp]);
       };

@@ -31,6 +31,7 @@ using prefill_sm90::fast_exp2;
 using prefill_sm90::issue_pv;
 using prefill_sm90::issue_qk;
 using prefill_sm90::kBlockBytes;
+using prefill_sm90::block_chunks;
 using prefill_sm90::load_block;
 using prefill_sm90::init_kv_ring;
 using prefill_sm90::load_kv_stage;
@@ -157,10 +158,17 @@ __device__ __forceinline__ void build_list(const UnionParams& p, const Tile& t, 
     if (bt == 0) list.size = base;
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
-  // 6. Membership: query i selected union entry rank[first[e]].
+  // 6. Membership: query i selected union entry rank[first[e]]; and each entry's 16-token
+  // chunks on valid pages.
   for (int e = bt; e < n; e += kBuilderThreads) {
     const int f = smem.first[e];
     if (f >= 0) atomicOr(&list.members[smem.rank[f]], 1u << (e / topk));
+  }
+  for (int u = bt; u < list.size; u += kBuilderThreads) {
+    const int key = list.block[u];
+    const int seg = key >> 24;
+    list.chunks[u] = static_cast<std::uint8_t>(
+        block_chunks(p.attn, list.seg_b[seg], (key & 0xFFFFFF) * Traits::kBlockN, list.seg_klen[seg]));
   }
   // The scratch arrays are free for the next tile once every builder is done reading them.
   named_barrier_sync(kBuilders, kBuilderThreads);
@@ -194,13 +202,14 @@ struct SoftmaxState {
   float l[2];
 };
 
-// Masks S to each row's visible keys (key_limit per row half: keys [0, limit) of the block),
+// Masks S to each row's visible keys (key_limit per row half: keys [0, limit) of the block;
+// `chunks`: the block's 16-token chunks on valid pages),
 // folds it into the running state, rescales O and writes P (bf16) into the P V operand.
 template <class AccS, class FragP, class AccO>
 __device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO& acc_o, const int (&key_limit)[2],
-                                               float scale_log2, SoftmaxState& st, int ct) {
+                                               std::uint32_t chunks, float scale_log2, SoftmaxState& st, int ct) {
   using namespace cute;
-  mask_keys(acc_s, key_limit, ct);
+  mask_keys(acc_s, key_limit, chunks, ct);
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int i = 0; i < size(acc_s); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], acc_s(i));

@@ -1,0 +1,281 @@
+// Hostile input on the CUDA backend (issue "hostile input", CUDA items): strict mode on device
+// tensors, page-table entries out of range (strict: named; otherwise their tokens are invisible,
+// nothing read out of bounds), run() given other tensors than plan(), and no visible GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/compare.h"
+#include "bench/workload.h"
+#include "cpu/reference.h"
+#include "msa/msa.h"
+
+namespace {
+
+using msa::bench::HostTensor;
+using msa::bench::Request;
+using msa::bench::Workload;
+using msa::bench::WorkloadSpec;
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+template <class F>
+void expect_error(F&& f, const std::string& argument, const std::string& value) {
+  try {
+    f();
+    ADD_FAILURE() << "no msa::Error; expected one naming " << argument << " = " << value;
+  } catch (const msa::Error& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+    EXPECT_EQ(e.value(), value) << e.what();
+  }
+}
+
+// A device copy of a host tensor with the host view's shape and strides.
+struct DeviceTensor {
+  void* ptr = nullptr;
+  msa::TensorView view;
+  DeviceTensor() = default;
+  DeviceTensor(const HostTensor& h, msa::TensorView host_view) {
+    view = host_view;
+    if (!view.present()) return;
+    EXPECT_EQ(cudaMalloc(&ptr, std::max<std::size_t>(h.bytes(), 16)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr, h.raw(), h.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    view.data = ptr;
+    view.device = msa::Device::kCuda;
+  }
+  explicit DeviceTensor(const HostTensor& h) : DeviceTensor(h, h.view()) {}
+  // Absent (rank 0) unless `present`.
+  DeviceTensor(bool present, const HostTensor& h, msa::TensorView host_view)
+      : DeviceTensor(h, present ? host_view : msa::TensorView{}) {}
+  ~DeviceTensor() { cudaFree(ptr); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  void upload(const HostTensor& h) const { EXPECT_EQ(cudaMemcpy(ptr, h.raw(), h.bytes(), cudaMemcpyHostToDevice), cudaSuccess); }
+  void download(HostTensor& h) const {
+    ASSERT_EQ(cudaMemcpy(h.raw(), ptr, h.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+};
+
+WorkloadSpec spec_of(int page_size, std::vector<Request> requests, std::uint64_t seed) {
+  WorkloadSpec s;
+  s.shape = {.h_q = 16, .h_kv = 2, .d = 128, .topk = 8};
+  s.page_size = page_size;
+  s.requests = std::move(requests);
+  s.selection = msa::bench::Selection::kRandom;
+  s.seed = seed;
+  return s;
+}
+
+HostTensor sevens(msa::DType dtype, std::vector<std::int64_t> shape) {
+  HostTensor t(dtype, std::move(shape));
+  t.fill(7.f);
+  return t;
+}
+
+// Every tensor of a workload on the device, with device outputs filled with 7.0.
+struct DeviceCase {
+  Workload w;
+  HostTensor h_out, h_lse;
+  DeviceTensor q, k, v, cu, kl, topk, pt, cuk, out, lse;
+  msa::PrefillArgs a;
+  std::int64_t max_k_len = 0;
+
+  explicit DeviceCase(const WorkloadSpec& spec)
+      : w(msa::bench::make_workload(spec)),
+        h_out(sevens(msa::DType::kBF16, {w.total_q, spec.shape.h_q, 128})),
+        h_lse(sevens(msa::DType::kFP32, {w.total_q, spec.shape.h_q})),
+        q(w.q),
+        k(w.k, w.kv().k),
+        v(w.v, w.kv().v),
+        cu(w.cu_seqlens_q),
+        kl(w.k_len),
+        topk(w.topk),
+        pt(spec.page_size > 0, w.page_table, w.page_table.view()),
+        cuk(spec.page_size == 0, w.cu_seqlens_k, w.cu_seqlens_k.view()),
+        out(h_out),
+        lse(h_lse) {
+    a.q = q.view;
+    a.kv.k = k.view;
+    a.kv.v = v.view;
+    a.kv.page_table = pt.view;
+    a.kv.cu_seqlens_k = cuk.view;
+    a.batch = {cu.view, kl.view};
+    a.topk = topk.view;
+    a.out = out.view;
+    a.lse = lse.view;
+    for (const Request& r : spec.requests) max_k_len = std::max<std::int64_t>(max_k_len, r.k_len);
+  }
+
+  // True when the device outputs still hold the 7.0 they were filled with.
+  bool untouched() {
+    HostTensor o(msa::DType::kBF16, h_out.shape()), l(msa::DType::kFP32, h_lse.shape());
+    out.download(o);
+    lse.download(l);
+    for (std::int64_t i = 0; i < o.numel(); ++i)
+      if (o.get(i) != 7.f) return false;
+    for (std::int64_t i = 0; i < l.numel(); ++i)
+      if (l.get(i) != 7.f) return false;
+    return true;
+  }
+};
+
+msa::Options cuda_options(bool strict, msa::PrefillPath path = msa::PrefillPath::kAuto) {
+  msa::Options o;
+  o.backend = msa::Backend::kCuda;
+  o.strict = strict;
+  o.prefill_path = path;
+  return o;
+}
+
+TEST(HostileCuda, StrictModeChecksDeviceTopkAndLengths) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  DeviceCase c(spec_of(64, {{40, 900}, {3, 3}}, 21));
+  // Head 1, query 41 (request 1, local block 0): a full row is [0, -1, ...]; a duplicate 0 breaks it.
+  HostTensor bad(msa::DType::kInt32, c.w.topk.shape());
+  std::memcpy(bad.raw(), c.w.topk.raw(), bad.bytes());
+  bad.data<std::int32_t>()[(1 * 43 + 41) * 8 + 1] = 0;
+  c.topk.upload(bad);
+  msa::SparsePrefill strict(c.w.spec.shape, cuda_options(true));
+  expect_error([&] { strict.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr); }, "topk[1, 41, 1]", "0");
+  // Without strict the same rows plan (the selection is the set of valid ids).
+  msa::SparsePrefill lenient(c.w.spec.shape, cuda_options(false));
+  EXPECT_NO_THROW(lenient.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr));
+  // A device k_len beyond the bound the plan was sized for.
+  c.topk.upload(c.w.topk);
+  expect_error([&] { strict.plan(c.a.batch, c.a.topk, 899, nullptr); }, "k_len[0]", "900");
+  EXPECT_NO_THROW(strict.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr));
+}
+
+// Page-table entries out of range (and a table narrower than the requests): strict run() names
+// the entry; otherwise those pages' tokens are invisible, as in the CPU oracle
+// (cpu::sparse_prefill_gather skips them), on both kernels.
+void check_bad_pages(int page_size, msa::PrefillPath path) {
+  DeviceCase c(spec_of(page_size, {{300, 1200}, {64, 64}, {5, 700}}, 22 + page_size));
+  auto* pt = c.w.page_table.data<std::int32_t>();
+  const std::int64_t cols = c.w.page_table.shape()[1];
+  const std::int64_t pages = c.w.num_pages;
+  pt[0 * cols + 2] = static_cast<std::int32_t>(pages);      // request 0, its third page
+  pt[0 * cols + 7] = -3;                                     // and its eighth
+  pt[2 * cols + 1] = static_cast<std::int32_t>(pages + 99);  // request 2, its second page
+  c.pt.upload(c.w.page_table);
+  const std::string first = "page_table[0, 2]";
+
+  msa::SparsePrefill strict(c.w.spec.shape, cuda_options(true, path));
+  strict.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr);
+  expect_error([&] { strict.run(c.a, nullptr); }, first, std::to_string(pages));
+  EXPECT_TRUE(c.untouched());
+
+  // The FP64 oracle with the same table (host copy of the modified entries).
+  const auto& s = c.w.spec.shape;
+  HostTensor ref_out(msa::DType::kBF16, {c.w.total_q, s.h_q, 128}), ref_lse(msa::DType::kFP32, {c.w.total_q, s.h_q});
+  msa::cpu::sparse_prefill_gather(s, c.w.prefill_args(ref_out, ref_lse));
+
+  msa::SparsePrefill op(s, cuda_options(false, path));
+  op.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr);
+  op.run(c.a, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  HostTensor out(msa::DType::kBF16, {c.w.total_q, s.h_q, 128}), lse(msa::DType::kFP32, {c.w.total_q, s.h_q});
+  c.out.download(out);
+  c.lse.download(lse);
+  const auto r_out = msa::bench::compare(out, ref_out, {});
+  EXPECT_TRUE(r_out.ok) << "page " << page_size << " out: " << r_out.summary();
+  const auto r_lse = msa::bench::compare(lse, ref_lse, {.atol = 1e-3, .rtol = 0.0, .min_cosine = 0.0});
+  EXPECT_TRUE(r_lse.ok) << "page " << page_size << " lse: " << r_lse.summary();
+
+  // A table narrower than request 0 needs: the pages past its columns are invisible too.
+  msa::PrefillArgs narrow = c.a;
+  narrow.kv.page_table.shape[1] = 3;
+  msa::PrefillArgs ref_args = c.w.prefill_args(ref_out, ref_lse);
+  ref_args.kv.page_table.shape[1] = 3;
+  msa::cpu::sparse_prefill_gather(s, ref_args);
+  op.run(narrow, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  c.out.download(out);
+  c.lse.download(lse);
+  const auto n_out = msa::bench::compare(out, ref_out, {});
+  EXPECT_TRUE(n_out.ok) << "page " << page_size << " narrow table out: " << n_out.summary();
+  const auto n_lse = msa::bench::compare(lse, ref_lse, {.atol = 1e-3, .rtol = 0.0, .min_cosine = 0.0});
+  EXPECT_TRUE(n_lse.ok) << "page " << page_size << " narrow table lse: " << n_lse.summary();
+}
+
+TEST(HostileCuda, PagesOutOfRangeBlockMajor16) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  check_bad_pages(16, msa::PrefillPath::kBlockMajor);
+}
+TEST(HostileCuda, PagesOutOfRangeBlockMajor128) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  check_bad_pages(128, msa::PrefillPath::kBlockMajor);
+}
+TEST(HostileCuda, PagesOutOfRangeTileUnion32) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  check_bad_pages(32, msa::PrefillPath::kTileUnion);
+}
+TEST(HostileCuda, PagesOutOfRangeTileUnion128) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  check_bad_pages(128, msa::PrefillPath::kTileUnion);
+}
+
+TEST(HostileCuda, StrictRunNamesNonFiniteSinks) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  WorkloadSpec spec = spec_of(64, {{40, 900}}, 23);
+  spec.sinks = true;
+  DeviceCase c(spec);
+  c.w.sinks.set(5, INFINITY);
+  DeviceTensor sinks(c.w.sinks);
+  c.a.sinks = sinks.view;
+  msa::SparsePrefill strict(c.w.spec.shape, cuda_options(true));
+  strict.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr);
+  expect_error([&] { strict.run(c.a, nullptr); }, "sinks[5]", "inf");
+  EXPECT_TRUE(c.untouched());
+}
+
+TEST(HostileCuda, RunWithOtherTensorsThanPlannedIsRejected) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  DeviceCase c(spec_of(64, {{2, 8}, {8, 8}}, 24));
+  msa::SparsePrefill op(c.w.spec.shape, cuda_options(false));
+  op.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr);
+  // Another device k_len (same shape): the plan was built from the first one's values.
+  DeviceTensor other_kl(c.w.k_len);
+  msa::PrefillArgs a = c.a;
+  a.batch.k_len = other_kl.view;
+  expect_error([&] { op.run(a, nullptr); }, "k_len.data",
+               std::to_string(reinterpret_cast<std::uintptr_t>(other_kl.ptr)));
+  a = c.a;
+  a.topk.shape[1] = 9;  // another total_q
+  expect_error([&] { op.run(a, nullptr); }, "topk.shape[1]", "9");
+  EXPECT_TRUE(c.untouched());
+
+  // Host batch tensors are compared by value: cu_seqlens_q [0, 2, 10] planned, [0, 8, 10] run.
+  msa::SparsePrefill host_planned(c.w.spec.shape, cuda_options(false));
+  host_planned.plan(c.w.batch(), c.a.topk, c.max_k_len, nullptr);
+  HostTensor cu(msa::DType::kInt32, {3});
+  cu.data<std::int32_t>()[0] = 0;
+  cu.data<std::int32_t>()[1] = 8;
+  cu.data<std::int32_t>()[2] = 10;
+  a = c.a;
+  a.batch = c.w.batch();
+  a.batch.cu_seqlens_q = cu.view();
+  expect_error([&] { host_planned.run(a, nullptr); }, "cu_seqlens_q[1]", "8");
+  EXPECT_TRUE(c.untouched());
+  a.batch = c.w.batch();
+  EXPECT_NO_THROW(host_planned.run(a, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_FALSE(c.untouched());
+}
+
+// Without a visible GPU (CI, or CUDA_VISIBLE_DEVICES=""): sizing works, constructing says why.
+TEST(HostileCuda, NoVisibleGpuIsNamedAndSizingStillWorks) {
+  msa::AttentionShape s;
+  const std::size_t bytes =
+      msa::SparsePrefill::workspace_bytes(s, {.batch = 4, .total_q = 4096, .max_k_len = 65536}, cuda_options(false));
+  EXPECT_GT(bytes, std::size_t{4096} * 16 * 64 * 128 * 2);  // at least the bf16 partials
+  if (msa::cuda_available()) GTEST_SKIP() << "a CUDA device is visible";
+  expect_error([&] { msa::SparsePrefill op(s, cuda_options(false)); }, "options.backend", "cuda");
+}
+
+}  // namespace
