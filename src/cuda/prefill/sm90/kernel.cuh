@@ -51,6 +51,9 @@ __device__ __forceinline__ void run_builders(const PrefillParams& p, const Prefi
   int item = blockIdx.x;
   if (item >= work_count) return;
   ItemCoords it = load_item(p, item);
+  // The block's valid-page chunks, read with the item (their latency hides behind the next
+  // wait for a free Q buffer); builder 0 publishes them with each step's row facts.
+  std::uint32_t chunks = block_chunks(p, it.b, it.block_start, it.k_len);
   int tile = 0;
   constexpr int kRows = TmaTraits::kTileM;
   std::uint32_t qs0 = row_qsplit(p, it, opaque_tid() - 32);
@@ -67,7 +70,7 @@ __device__ __forceinline__ void run_builders(const PrefillParams& p, const Prefi
     // Each builder's arrival publishes its row facts; builder 0 also arms the Q bytes (TMA
     // completions may come first: the transaction count goes negative meanwhile).
     if (bt == 0) {
-      smem.chunks[buf] = block_chunks(p, it.b, it.block_start, it.k_len);
+      smem.chunks[buf] = chunks;
       const int real = max(0, min(kRows, it.rows - base));
       Barrier64::arrive_and_expect_tx(&smem.q_full[buf],
                                       static_cast<std::uint32_t>(real * TmaTraits::kHeadDim * sizeof(Element)));
@@ -79,6 +82,7 @@ __device__ __forceinline__ void run_builders(const PrefillParams& p, const Prefi
       item += gridDim.x;
       if (item >= work_count) break;
       it = load_item(p, item);
+      chunks = block_chunks(p, it.b, it.block_start, it.k_len);
       tile = 0;
     }
     qs0 = row_qsplit(p, it, tile * kRows + bt);

@@ -240,17 +240,20 @@ __device__ __forceinline__ auto make_frag_p() {
 // chunk is i / 8 whatever the lane.
 template <class AccS>
 __device__ __forceinline__ void mask_keys(AccS& acc_s, const int (&key_limit)[2], std::uint32_t chunks, int ct) {
-  if (chunks != kAllChunks) {  // rare: a page-table entry out of range
-#pragma unroll
-    for (int i = 0; i < cute::size(acc_s); ++i)
-      if (!((chunks >> (i >> 3)) & 1u)) acc_s(i) = -INFINITY;
-  }
-  if (__all_sync(0xffffffffu, key_limit[0] == TmaTraits::kBlockN && key_limit[1] == TmaTraits::kBlockN)) return;
+  if (__all_sync(0xffffffffu, key_limit[0] == TmaTraits::kBlockN && key_limit[1] == TmaTraits::kBlockN) &&
+      chunks == kAllChunks)
+    return;
   const int lane_col = 2 * (ct % 4);
   const int lim[2] = {key_limit[0] - lane_col, key_limit[1] - lane_col};
+  if (chunks == kAllChunks) {
 #pragma unroll
-  for (int i = 0; i < cute::size(acc_s); ++i)
-    if (8 * (i >> 2) + (i & 1) >= lim[(i >> 1) & 1]) acc_s(i) = -INFINITY;
+    for (int i = 0; i < cute::size(acc_s); ++i)
+      if (8 * (i >> 2) + (i & 1) >= lim[(i >> 1) & 1]) acc_s(i) = -INFINITY;
+  } else {  // rare: a page-table entry out of range (one loop for both measured 3% slower)
+#pragma unroll
+    for (int i = 0; i < cute::size(acc_s); ++i)
+      if (8 * (i >> 2) + (i & 1) >= lim[(i >> 1) & 1] || !((chunks >> (i >> 3)) & 1u)) acc_s(i) = -INFINITY;
+  }
 }
 
 // ---- the KV-block-major kernel's roles -------------------------------------------------
