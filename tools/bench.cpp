@@ -15,6 +15,7 @@
 #include "msa/msa.h"
 #include "tools/args.h"
 #include "tools/cli.h"
+#include "tools/memory_estimate.h"
 #include "tools/table.h"
 
 #if MSA_WITH_CUDA
@@ -172,6 +173,37 @@ struct Row {
   std::vector<std::string> cells;
 };
 
+// Copies of Q/K/V/out that the timed replays rotate over: enough to exceed 2x L2, at most 8.
+int rotation_sets(std::int64_t q_elems, std::int64_t kv_elems) {
+  const double set_bytes = 2.0 * (2 * q_elems + 2 * kv_elems);
+  return static_cast<int>(std::clamp<double>(
+      std::ceil(2.0 * static_cast<double>(bench::device_l2_bytes()) / std::max(set_bytes, 1.0)), 1, 8));
+}
+
+Options case_options(const BenchOptions& o, const BenchCase& c) {
+  Options options;
+  options.backend = Backend::kCuda;
+  options.q_per_item = o.q_per_item;
+  options.prefill_path = c.path;
+  return options;
+}
+
+// Every case's host and device memory, checked before the first case allocates anything.
+void require_bench_memory(const BenchOptions& o) {
+  for (const BenchCase& c : o.cases) {
+    std::int64_t total_q = 0, pages = 0;
+    for (const bench::Request& r : c.requests) {
+      total_q += r.q_len;
+      pages += (r.k_len + o.page_size - 1) / o.page_size;
+    }
+    const int sets = rotation_sets(total_q * o.shape.h_q * o.shape.d,
+                                   std::max<std::int64_t>(pages, 1) * o.shape.h_kv * o.page_size * o.shape.d);
+    require_memory("msa bench prefill",
+                   estimate_bench_prefill_memory(o.shape, o.page_size, c.requests, case_options(o, c), sets),
+                   "case '" + c.name + "'");
+  }
+}
+
 Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
   const AttentionShape& s = o.shape;
   // Host metadata from the shared generator (batch, page table over a random permutation of
@@ -201,9 +233,7 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
   // Device tensors; Q/K/V/out rotate over `sets` copies whose total exceeds 2x L2.
   const std::int64_t q_elems = total_q * s.h_q * s.d;
   const std::int64_t kv_elems = pages * s.h_kv * o.page_size * s.d;
-  const double set_bytes = 2.0 * (2 * q_elems + 2 * kv_elems);
-  const int sets = static_cast<int>(std::clamp<double>(
-      std::ceil(2.0 * static_cast<double>(bench::device_l2_bytes()) / std::max(set_bytes, 1.0)), 1, 8));
+  const int sets = rotation_sets(q_elems, kv_elems);
   std::vector<std::unique_ptr<DeviceBuffer>> q, k, v, out;
   for (int i = 0; i < sets; ++i) {
     q.push_back(std::make_unique<DeviceBuffer>(q_elems * 2));
@@ -232,11 +262,7 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
     a.lse = TensorView::contiguous(lse.ptr, DType::kFP32, {total_q, s.h_q}, Device::kCuda);
   }
 
-  Options options;
-  options.backend = Backend::kCuda;
-  options.q_per_item = o.q_per_item;
-  options.prefill_path = c.path;
-  SparsePrefill op(s, options);
+  SparsePrefill op(s, case_options(o, c));
   op.plan(batch, d_topk_view, max_k, nullptr);  // sizes and allocates the workspace
   check(cudaDeviceSynchronize(), "plan");
   const bench::Timing plan = bench::time_graph_replays(
@@ -282,6 +308,7 @@ int bench_command(const std::vector<std::string>& args) {
 #if MSA_WITH_CUDA
   if (!cuda_available()) throw UsageError("msa bench prefill: no CUDA device is visible");
   if (o.cases.empty()) o.cases = default_suite();
+  require_bench_memory(o);  // a case that cannot fit is a usage error before any case runs
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("msa bench prefill on %s (%d SMs, L2 %d MB): h_q %d, h_kv %d, d %d, topk %d, page %d, "

@@ -47,6 +47,8 @@ struct RunOptions {
 // Parses the arguments after `run`; throws UsageError naming the option and the value.
 RunOptions parse_run_options(const std::vector<std::string>& args);
 std::string run_usage();  // `msa run --help`, with the defaults
+// The decode step's requests: seq_len from --decode-len (the first) down to about half.
+std::vector<bench::Request> decode_requests(const RunOptions& options);
 
 // The whole pipeline on the workload; returns the exit code.
 int run_command(const RunOptions& options);

@@ -19,6 +19,7 @@
 #include "tools/backends.h"
 #include "tools/checks.h"
 #include "tools/device_workload.h"
+#include "tools/memory_estimate.h"
 #include "tools/cli.h"
 #include "tools/table.h"
 
@@ -65,14 +66,6 @@ CheckResult check_attention(const HostTensor& out, const HostTensor& lse, const 
   return r;
 }
 
-// Decode lengths: the longest first, spread down to about half.
-std::vector<bench::Request> decode_requests(const RunOptions& o) {
-  std::vector<bench::Request> requests;
-  for (int b = 0; b < o.decode_batch; ++b)
-    requests.push_back({o.decode_q, std::max(o.decode_q, o.decode_len - b * o.decode_len / (2 * o.decode_batch))});
-  return requests;
-}
-
 std::string requests_string(const std::vector<bench::Request>& requests, bool q_too) {
   std::string s;
   for (const auto& r : requests) {
@@ -95,6 +88,8 @@ class Pipeline {
   }
 
   int run() {
+    // Before anything big is allocated: a workload that cannot fit is a usage error.
+    require_memory("msa run", estimate_run_memory(o_, backend(Stage::kPrefill).backend));
     print_header();
     prefill_ = bench::make_workload(spec(o_.requests, o_.seed));
     const std::vector<void (Pipeline::*)()> stages = {&Pipeline::indexer_stage, &Pipeline::topk_stage,

@@ -1,4 +1,5 @@
 // `msa run` options: parsing with one-line errors that name the option and the value.
+#include <algorithm>
 #include <string>
 
 #include "tools/args.h"
@@ -12,6 +13,13 @@ namespace {
 constexpr int kMaxTokens = 1 << 20;
 
 }  // namespace
+
+std::vector<bench::Request> decode_requests(const RunOptions& o) {
+  std::vector<bench::Request> requests;
+  for (int b = 0; b < o.decode_batch; ++b)
+    requests.push_back({o.decode_q, std::max(o.decode_q, o.decode_len - b * o.decode_len / (2 * o.decode_batch))});
+  return requests;
+}
 
 std::string run_usage() {
   const RunOptions d;
