@@ -167,6 +167,7 @@ TEST_P(PrefillKernel, MatchesFp64PerBlock) {
     p.page_size = c.page_size;
     p.page_table = static_cast<const std::int32_t*>(d_pt.ptr);
     p.stride_page_table = w.page_table.shape()[1];
+    p.page_table_cols = w.page_table.shape()[1];
   } else {
     p.stride_kv_token = kv.k.stride[0];
     p.stride_kv_head = kv.k.stride[1];
