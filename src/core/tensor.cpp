@@ -101,7 +101,10 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
   std::int64_t s = 1;
   for (int j = t.rank - 1; j >= 0; --j) {
     t.stride[j] = s;
-    s *= t.shape[j];
+    // Strides of the outer dims must fit in int64 (an empty or negative extent is left for the
+    // checks to name; the stride product stays defined).
+    if (j > 0 && __builtin_mul_overflow(s, t.shape[j], &s))
+      throw Error("shape", t.shape_string(), "row-major strides of these extents overflow int64");
   }
   return t;
 }

@@ -172,6 +172,12 @@ TEST(HostileInput, InvalidRanksAreNamedNotFormatted) {
   msa::TensorView t;
   t.rank = 1000;
   EXPECT_EQ(t.shape_string(), "[rank 1000]");
+  // Found by the fuzzer: row-major strides of huge extents overflowed int64 in contiguous().
+  const std::int64_t e = std::int64_t{1} << 40;
+  expect_error([&] { msa::TensorView::contiguous(nullptr, DType::kFP32, {2, e, e, 128}); }, "shape",
+               "[2, 1099511627776, 1099511627776, 128]");
+  EXPECT_EQ(msa::TensorView::contiguous(nullptr, DType::kFP32, {e, e, 128}).numel(),
+            std::numeric_limits<std::int64_t>::max());
   EXPECT_EQ(t.numel(), 0);
   EXPECT_FALSE(t.is_contiguous());
 }
