@@ -234,6 +234,35 @@ TEST(HostileCuda, StrictRunNamesNonFiniteSinks) {
   EXPECT_TRUE(c.untouched());
 }
 
+// Without strict, non-finite sinks are ignored: the same bytes as no sinks at all, as on the CPU.
+TEST(HostileCuda, NonFiniteSinksAreIgnored) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  WorkloadSpec spec = spec_of(64, {{40, 900}, {7, 300}}, 25);
+  spec.sinks = true;
+  DeviceCase c(spec);
+  const auto& s = c.w.spec.shape;
+  msa::SparsePrefill op(s, cuda_options(false));
+  op.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr);
+  op.run(c.a, nullptr);  // no sinks
+  CUDA_OK(cudaDeviceSynchronize());
+  HostTensor none_out(msa::DType::kBF16, {c.w.total_q, s.h_q, 128}), none_lse(msa::DType::kFP32, {c.w.total_q, s.h_q});
+  c.out.download(none_out);
+  c.lse.download(none_lse);
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    for (std::int64_t h = 0; h < c.w.sinks.numel(); ++h) c.w.sinks.set(h, bad);
+    DeviceTensor sinks(c.w.sinks);
+    msa::PrefillArgs a = c.a;
+    a.sinks = sinks.view;
+    op.run(a, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    HostTensor out(msa::DType::kBF16, {c.w.total_q, s.h_q, 128}), lse(msa::DType::kFP32, {c.w.total_q, s.h_q});
+    c.out.download(out);
+    c.lse.download(lse);
+    EXPECT_EQ(std::memcmp(out.raw(), none_out.raw(), out.bytes()), 0) << "sink " << bad;
+    EXPECT_EQ(std::memcmp(lse.raw(), none_lse.raw(), lse.bytes()), 0) << "sink " << bad;
+  }
+}
+
 TEST(HostileCuda, RunWithOtherTensorsThanPlannedIsRejected) {
   if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
   DeviceCase c(spec_of(64, {{2, 8}, {8, 8}}, 24));

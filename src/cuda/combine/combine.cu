@@ -71,8 +71,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   const int h_kv = p.h_q / p.group;
   const int n = p.split_counts == nullptr ? 1 : min(max(p.split_counts[q * h_kv + h / p.group], 0), p.topk);
   const float neg_inf = -__int_as_float(0x7f800000);
-  const bool has_sink = p.sinks != nullptr;
-  const float sink = has_sink ? p.sinks[h] : neg_inf;
+  // A sink that is not finite is ignored (docs/numerics.md), as on the CPU.
+  const float sink_in = p.sinks != nullptr ? p.sinks[h] : neg_inf;
+  const bool has_sink = isfinite(sink_in);
+  const float sink = has_sink ? sink_in : neg_inf;
 
   // m = max(lse_s, sink): exact, so the butterfly order does not matter; NaN LSEs are skipped
   // by fmaxf and poison Z below instead.
