@@ -208,6 +208,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
                   "device batch tensors must be contiguous");
       MSA_REQUIRE(contiguous_vector(batch.cu_seqlens_q), "cu_seqlens_q.stride[0]",
                   std::to_string(batch.cu_seqlens_q.stride[0]), "device batch tensors must be contiguous");
+      // cu_seqlens_q[B] = total_q cannot be read here; with no request it can only be 0.
+      MSA_REQUIRE(b_count > 0 || total_q == 0, "topk.shape[1]", std::to_string(total_q),
+                  "must be 0 for an empty batch (k_len.shape[0] = 0)");
       info.batch = b_count;
       info.total_q = total_q;
     }

@@ -148,6 +148,11 @@ TEST(HostileCuda, StrictModeChecksDeviceTopkAndLengths) {
   // A device k_len beyond the bound the plan was sized for.
   c.topk.upload(c.w.topk);
   expect_error([&] { strict.plan(c.a.batch, c.a.topk, 899, nullptr); }, "k_len[0]", "900");
+  // An empty device batch with query rows in top-k: the kernels would search no request.
+  msa::VarlenBatch empty = c.a.batch;
+  empty.k_len.shape[0] = 0;
+  empty.cu_seqlens_q.shape[0] = 1;
+  expect_error([&] { lenient.plan(empty, c.a.topk, c.max_k_len, nullptr); }, "topk.shape[1]", "43");
   EXPECT_NO_THROW(strict.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr));
 }
 
