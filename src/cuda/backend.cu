@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -501,13 +502,62 @@ class PrefillCuda final : public SparsePrefill::Impl {
   int sm_count_ = 0;
 };
 
+// The public Combine on the device: the prefill's own combine kernel over caller tensors.
+class CombineCuda final : public Combine::Impl {
+ public:
+  void plan(std::int64_t total_q, cudaStream_t) override {
+    MSA_REQUIRE(total_q >= 0 && total_q <= INT32_MAX, "total_q", std::to_string(total_q), "must be in [0, 2^31)");
+  }
+
+  void run(const CombineArgs& args, cudaStream_t stream) override {
+    validate_combine(shape, args, Device::kCuda, options.strict);  // metadata only
+    // What the kernel reads: bf16 partials, and every tensor but out contiguous.
+    MSA_REQUIRE(args.o_partial.dtype == DType::kBF16, "o_partial.dtype", to_string(args.o_partial.dtype),
+                "the CUDA combine reads bf16 partials (fp32 partials: the CPU backend)");
+    const auto contiguous = [](const TensorView& t, const char* name) {
+      MSA_REQUIRE(!t.present() || t.is_contiguous(), std::string(name) + ".stride", t.shape_string(),
+                  "the CUDA combine needs it contiguous");
+    };
+    contiguous(args.o_partial, "o_partial");
+    contiguous(args.lse_partial, "lse_partial");
+    contiguous(args.split_counts, "split_counts");
+    contiguous(args.sinks, "sinks");
+    contiguous(args.lse, "lse");
+    if (options.strict) {  // split counts and sinks, read on the host (one synchronisation)
+      HostMirrors m;
+      CombineArgs h = args;
+      h.split_counts = m.mirror(args.split_counts, stream);
+      h.sinks = m.mirror(args.sinks, stream);
+      m.wait(stream);
+      for (TensorView* t : {&h.o_partial, &h.lse_partial, &h.out, &h.lse}) *t = as_host(*t);
+      validate_combine(shape, h, Device::kCpu, true);
+    }
+    CombineParams c{};
+    c.o_partial = args.o_partial.data;
+    c.lse_partial = args.lse_partial.ptr<const float>();
+    c.split_counts = args.split_counts.ptr<const std::int32_t>();
+    c.sinks = args.sinks.present() ? args.sinks.ptr<const float>() : nullptr;
+    c.out = args.out.data;
+    c.stride_out_token = args.out.stride[0];
+    c.stride_out_head = args.out.stride[1];
+    c.lse = args.lse.present() ? args.lse.ptr<float>() : nullptr;
+    c.total_q = args.o_partial.dim(1);
+    c.h_q = shape.h_q;
+    c.group = shape.group();
+    c.d = shape.d;
+    c.topk = shape.topk;
+    c.out_fp16 = args.out.dtype == DType::kFP16;
+    launch_combine(c, stream, /*programmatic=*/false);
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<SparsePrefill::Impl> make_prefill() { return std::make_unique<PrefillCuda>(); }
 std::unique_ptr<SparseDecode::Impl> make_decode() { return nullptr; }
 std::unique_ptr<Indexer::Impl> make_indexer() { return nullptr; }
 std::unique_ptr<TopK::Impl> make_topk() { return nullptr; }
-std::unique_ptr<Combine::Impl> make_combine() { return nullptr; }
+std::unique_ptr<Combine::Impl> make_combine() { return std::make_unique<CombineCuda>(); }
 
 std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                     const Options& options) {

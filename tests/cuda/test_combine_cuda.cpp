@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/compare.h"
 #include "bench/workload.h"
 #include "core/half.h"
 #include "cpu/reference.h"
@@ -282,6 +283,78 @@ TEST(CombineCudaErrors, RejectsUnsupported) {
   p.stride_out_head = 130;
   p.stride_out_token = 4 * 130;
   EXPECT_THROW(msa::cuda::launch_combine(p, nullptr), msa::Error);
+}
+
+}  // namespace
+
+namespace {
+
+// The public msa::Combine on the CUDA backend gives the CPU backend's bytes (same ascending
+// merge; bf16 partials), names what the kernel cannot take, and checks split counts in strict
+// mode.
+TEST(CombineCudaOperator, MatchesTheCpuOperator) {
+  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const CombineCase c{"operator", 300, 64, 4, 16, 128, true, false, 0, 11};
+  const CombineInputs in = make_inputs(c);
+  msa::AttentionShape shape{.h_q = c.h_q, .h_kv = c.h_kv, .d = c.d, .topk = c.topk};
+  HostTensor cpu_out(msa::DType::kBF16, {c.total_q, c.h_q, c.d}), cpu_lse(msa::DType::kFP32, {c.total_q, c.h_q});
+  msa::CombineArgs h{in.o_partial.view(), in.lse_partial.view(), in.split_counts.view(),
+                     cpu_out.view(),     cpu_lse.view(),         in.sinks.view()};
+  msa::Combine cpu(shape);
+  cpu.plan(c.total_q);
+  cpu.run(h);
+
+  DeviceBuffer o(in.o_partial.bytes()), l(in.lse_partial.bytes()), n(in.split_counts.bytes()), s(in.sinks.bytes()),
+      out(cpu_out.bytes()), lse(cpu_lse.bytes());
+  CUDA_OK(cudaMemcpy(o.ptr, in.o_partial.raw(), in.o_partial.bytes(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(l.ptr, in.lse_partial.raw(), in.lse_partial.bytes(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(n.ptr, in.split_counts.raw(), in.split_counts.bytes(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(s.ptr, in.sinks.raw(), in.sinks.bytes(), cudaMemcpyHostToDevice));
+  const auto on_device = [](msa::TensorView t, void* ptr) {
+    t.data = ptr;
+    t.device = msa::Device::kCuda;
+    return t;
+  };
+  msa::CombineArgs d{on_device(in.o_partial.view(), o.ptr), on_device(in.lse_partial.view(), l.ptr),
+                     on_device(in.split_counts.view(), n.ptr), on_device(cpu_out.view(), out.ptr),
+                     on_device(cpu_lse.view(), lse.ptr),       on_device(in.sinks.view(), s.ptr)};
+  msa::Options o_cuda;
+  o_cuda.backend = msa::Backend::kCuda;
+  msa::Combine gpu(shape, o_cuda);
+  gpu.plan(c.total_q);
+  gpu.run(d);
+  CUDA_OK(cudaDeviceSynchronize());
+  HostTensor gpu_out(msa::DType::kBF16, {c.total_q, c.h_q, c.d}), gpu_lse(msa::DType::kFP32, {c.total_q, c.h_q});
+  CUDA_OK(cudaMemcpy(gpu_out.raw(), out.ptr, gpu_out.bytes(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gpu_lse.raw(), lse.ptr, gpu_lse.bytes(), cudaMemcpyDeviceToHost));
+  const auto r_out = msa::bench::compare(gpu_out, cpu_out, {});
+  EXPECT_TRUE(r_out.ok) << r_out.summary();
+  const auto r_lse = msa::bench::compare(gpu_lse, cpu_lse, {.atol = 1e-5, .rtol = 0.0, .min_cosine = 0.0});
+  EXPECT_TRUE(r_lse.ok) << r_lse.summary();
+
+  // fp32 partials are the CPU backend's; a split count past topk is named in strict mode.
+  msa::CombineArgs bad = d;
+  bad.o_partial.dtype = msa::DType::kFP32;
+  try {
+    gpu.run(bad);
+    ADD_FAILURE() << "fp32 partials accepted";
+  } catch (const msa::Error& e) {
+    EXPECT_EQ(e.argument(), "o_partial.dtype");
+  }
+  HostTensor counts(msa::DType::kInt32, in.split_counts.shape());
+  std::memcpy(counts.raw(), in.split_counts.raw(), counts.bytes());
+  counts.data<std::int32_t>()[5] = 17;
+  CUDA_OK(cudaMemcpy(n.ptr, counts.raw(), counts.bytes(), cudaMemcpyHostToDevice));
+  msa::Options strict = o_cuda;
+  strict.strict = true;
+  msa::Combine checked(shape, strict);
+  try {
+    checked.run(d);
+    ADD_FAILURE() << "split count 17 accepted in strict mode";
+  } catch (const msa::Error& e) {
+    EXPECT_EQ(e.argument(), "split_counts[1, 1]");
+    EXPECT_EQ(e.value(), "17");
+  }
 }
 
 }  // namespace
