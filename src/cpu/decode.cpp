@@ -35,10 +35,14 @@ void sparse_decode(const AttentionShape& shape, const DecodeArgs& args) {
     GatheredKv kv;
     std::vector<std::int32_t> blocks;
     std::vector<std::int64_t> tokens, tile_end;
-    std::vector<float> q_row, acc, scores;
+    // The output accumulates in FP64: with the lazy rescale a weight reaches 2^8, and 2^8 times
+    // a finite bf16 value overflows FP32 (then a rescale by 0 would make inf * 0 = NaN).
+    std::vector<float> q_row, scores, out_row;
+    std::vector<double> acc;
     errors.run([&] {
       q_row.resize(static_cast<std::size_t>(d));
       acc.resize(static_cast<std::size_t>(d));
+      out_row.resize(static_cast<std::size_t>(d));
     });
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t r = 0; r < info.total_q; ++r) errors.run([&] {
@@ -61,7 +65,7 @@ void sparse_decode(const AttentionShape& shape, const DecodeArgs& args) {
           load_row(args.q.data, args.q.dtype, args.q.offset(r, h, 0), d, q_row.data());
           OnlineSoftmax state;
           if (const float* sink = sink_of(args.sinks, h)) state.seed_sink(*sink);
-          std::fill(acc.begin(), acc.end(), 0.f);
+          std::fill(acc.begin(), acc.end(), 0.0);
           std::int64_t begin = 0;
           for (const std::int64_t end : tile_end) {
             if (end == begin) continue;
@@ -71,18 +75,18 @@ void sparse_decode(const AttentionShape& shape, const DecodeArgs& args) {
               tile_max = std::max(tile_max, scores[i]);
             }
             if (state.update_max(tile_max, kLazyThreshold))
-              for (float& a : acc) a *= state.scale;
+              for (double& a : acc) a *= state.scale;
             for (std::int64_t i = begin; i < end; ++i) {
               const float p = state.weight(scores[i]);
               state.l += p;
               const float* v = kv.v.data() + i * d;
-              for (int j = 0; j < d; ++j) acc[j] += p * v[j];
+              for (int j = 0; j < d; ++j) acc[j] += static_cast<double>(p) * v[j];
             }
             begin = end;
           }
           const float inv_l = state.l > 0.f ? 1.f / state.l : 0.f;
-          for (float& a : acc) a *= inv_l;
-          store_row(args.out.data, args.out.dtype, args.out.offset(r, h, 0), d, acc.data());
+          for (int j = 0; j < d; ++j) out_row[j] = static_cast<float>(acc[j] * inv_l);
+          store_row(args.out.data, args.out.dtype, args.out.offset(r, h, 0), d, out_row.data());
           if (args.lse.present()) args.lse.ptr<float>()[args.lse.offset(r, h)] = state.lse();
         }
       }

@@ -29,7 +29,11 @@ void sparse_prefill_partials(const AttentionShape& shape, const PrefillArgs& arg
   {
     GatheredKv kv;
     std::vector<std::int64_t> tokens;
-    std::vector<float> q_row, scores, acc;
+    // FP64 output sums: 128 finite bf16 values of one sign can overflow FP32, and such a partial
+    // (inf) merged with one of the other sign would be NaN; the true result is a convex
+    // combination of V rows, always finite.
+    std::vector<float> q_row, scores;
+    std::vector<double> acc;
     errors.run([&] {
       q_row.resize(static_cast<std::size_t>(d));
       acc.resize(static_cast<std::size_t>(d));
@@ -68,14 +72,14 @@ void sparse_prefill_partials(const AttentionShape& shape, const PrefillArgs& arg
             m = std::max(m, scores[i]);
           }
           float l = 0.f;
-          std::fill(acc.begin(), acc.end(), 0.f);
+          std::fill(acc.begin(), acc.end(), 0.0);
           for (std::int64_t i = 0; i < n_vis; ++i) {
             const float p = std::exp(scores[i] - m);
             l += p;
             const float* v = kv.v.data() + i * d;
-            for (int j = 0; j < d; ++j) acc[j] += p * v[j];
+            for (int j = 0; j < d; ++j) acc[j] += static_cast<double>(p) * v[j];
           }
-          for (int j = 0; j < d; ++j) out[j] = acc[j] / l;
+          for (int j = 0; j < d; ++j) out[j] = static_cast<float>(acc[j] / l);
           lse_partial[row] = m + std::log(l);
         }
       }

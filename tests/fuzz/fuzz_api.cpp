@@ -527,12 +527,14 @@ class Ctx {
         wr<std::int32_t>(t.view.data, off, static_cast<std::int32_t>(m.v2));
       } else {
         const float f = hostile_float(m.v2);
-        if (std::isnan(f) || std::isinf(f)) {
-          const bool neg_inf_ok = (m.target == kLsePartial || m.target == kScores) && f == -kInf;
+        store_f(t.view.data, t.view.dtype, off, f);
+        // What the tensor now holds: 1e30 written to an fp16 tensor is inf there.
+        const float held = load_f(t.view.data, t.view.dtype, off);
+        if (std::isnan(held) || std::isinf(held)) {
+          const bool neg_inf_ok = (m.target == kLsePartial || m.target == kScores) && held == -kInf;
           if (!neg_inf_ok) nonfinite = true;
         }
         if (std::fabs(f) > 2.f) extreme = true;
-        store_f(t.view.data, t.view.dtype, off, f);
       }
     }
   }
