@@ -412,6 +412,35 @@ TEST(HostileInput, OverflowingScoresSaturateAndNeverGiveNaN) {
   expect_close(out_g, r.out_p, 1e-2f, "oracle vs prefill out");
 }
 
+// Found while fuzzing: decode's lazy rescale lets a weight reach 2^8; times a finite bf16 V of
+// 3e38 that overflowed FP32, and the next block's rescale by 0 made inf * 0 = NaN.
+TEST(HostileInput, LargeValuesUnderTheLazyRescaleStayFinite) {
+  msa::bench::WorkloadSpec spec;
+  spec.shape = small_shape();
+  spec.requests = {{1, 300}};  // one query at position 299: blocks 0, 1, 2 (local)
+  spec.page_size = 64;
+  spec.selection = msa::bench::Selection::kAll;
+  spec.seed = 13;
+  msa::bench::Workload w = msa::bench::make_workload(spec);
+  const float scale = w.spec.shape.softmax_scale();
+  for (int j = 0; j < 128; ++j) w.q.set(j, j == 0 ? 1.f : 0.f);  // query 0, head 0 (KV head 0)
+  const auto at = [&](std::int64_t t, int j) {
+    const std::int32_t page = w.page_table.data<std::int32_t>()[t / 64];
+    return ((page * 2 + 0) * 64 + t % 64) * 128 + j;
+  };
+  w.k.set(at(200, 0), 3.f / scale);    // block 1: score 3, weight 2^4.3 under the lazy max
+  w.v.set(at(200, 0), 3e38f);          // that weight times 3e38 overflows FP32
+  w.k.set(at(280, 0), 200.f / scale);  // block 2: score 200, the old max rescaled by 0
+  BothOperators r;
+  r.run(w, {}, 1);
+  EXPECT_FALSE(any_nan(r.out_d) || any_nan(r.lse_d) || any_nan(r.out_p) || any_nan(r.lse_p));
+  for (int j = 0; j < 128; ++j) {
+    const float v = w.v.get(at(280, j));
+    EXPECT_NEAR(r.out_d.get(j), v, 1e-2f + 1e-2f * std::fabs(v)) << j;
+    EXPECT_NEAR(r.out_p.get(j), v, 1e-2f + 1e-2f * std::fabs(v)) << j;
+  }
+}
+
 // ---- 11. moved-from objects, enums, which argument is named -----------------------------------
 
 TEST(HostileInput, MovedFromOperatorsSayWhy) {
