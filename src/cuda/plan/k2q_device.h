@@ -63,7 +63,7 @@ struct K2qDeviceSizes {
 
 // Sizes for a problem. Throws msa::Error for what the device planner does not support
 // (topk > 32, int32 overflow of the plan, a request with more blocks than shared memory holds
-// counters for). Queries the CUB scan's temporary storage, so it needs a CUDA device.
+// counters for). Needs no device: the CUB scan's scratch is cub_temp_bound() (cuda/common/cub_temp.h).
 K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const ProblemSize& problem);
 
 // Device arrays of one plan, views into the workspace. "meaningful" = what equals the host

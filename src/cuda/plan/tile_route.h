@@ -35,7 +35,7 @@ struct TileRouteParams {
 
 // tiles = h_kv * tiles_per_head(total_q, q_per_tile), < 2^31.
 std::int64_t tile_route_tiles(int h_kv, std::int64_t total_q, int q_per_tile);
-// Scratch of the compaction (a CUB query: needs a CUDA device).
+// Scratch of the compaction: cub_temp_bound(tiles), no device needed (checked against CUB at launch).
 std::size_t tile_route_temp_bytes(std::int64_t tiles);
 
 void launch_tile_route(const TileRouteParams& p, cudaStream_t stream);
