@@ -18,6 +18,7 @@
 #include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
+#include "tests/support/expect_error.h"
 
 namespace {
 
@@ -26,18 +27,7 @@ using msa::bench::HostTensor;
 
 constexpr float kSentinel = 7.f;
 
-template <class F>
-void expect_error(F&& f, const std::string& argument, const std::string& value) {
-  try {
-    f();
-    ADD_FAILURE() << "no msa::Error; expected one naming " << argument << " = " << value;
-  } catch (const msa::Error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-    EXPECT_EQ(e.value(), value) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not an msa::Error: " << e.what();
-  }
-}
+using msa::test::expect_error;
 
 bool untouched(const HostTensor& t) {
   for (std::int64_t i = 0; i < t.numel(); ++i)

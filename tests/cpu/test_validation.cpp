@@ -8,6 +8,7 @@
 #include "bench/workload.h"
 #include "core/validate.h"
 #include "msa/msa.h"
+#include "tests/support/expect_error.h"
 
 namespace {
 
@@ -16,16 +17,7 @@ using msa::bench::HostTensor;
 
 constexpr float kSentinel = 7.f;
 
-template <class F>
-void expect_error(F&& f, const std::string& argument, const std::string& value) {
-  try {
-    f();
-    ADD_FAILURE() << "no msa::Error; expected one naming " << argument << " = " << value;
-  } catch (const msa::Error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-    EXPECT_EQ(e.value(), value) << e.what();
-  }
-}
+using msa::test::expect_error;
 
 HostTensor sentinel_tensor(DType dtype, std::vector<std::int64_t> shape) {
   HostTensor t(dtype, std::move(shape));

@@ -14,6 +14,8 @@
 #include "bench/workload.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
+#include "tests/support/device_tensor.h"
+#include "tests/support/expect_error.h"
 
 namespace {
 
@@ -24,42 +26,9 @@ using msa::bench::WorkloadSpec;
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
-template <class F>
-void expect_error(F&& f, const std::string& argument, const std::string& value) {
-  try {
-    f();
-    ADD_FAILURE() << "no msa::Error; expected one naming " << argument << " = " << value;
-  } catch (const msa::Error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-    EXPECT_EQ(e.value(), value) << e.what();
-  }
-}
+using msa::test::DeviceTensor;
+using msa::test::expect_error;
 
-// A device copy of a host tensor with the host view's shape and strides.
-struct DeviceTensor {
-  void* ptr = nullptr;
-  msa::TensorView view;
-  DeviceTensor() = default;
-  DeviceTensor(const HostTensor& h, msa::TensorView host_view) {
-    view = host_view;
-    if (!view.present()) return;
-    EXPECT_EQ(cudaMalloc(&ptr, std::max<std::size_t>(h.bytes(), 16)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, h.raw(), h.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    view.data = ptr;
-    view.device = msa::Device::kCuda;
-  }
-  explicit DeviceTensor(const HostTensor& h) : DeviceTensor(h, h.view()) {}
-  // Absent (rank 0) unless `present`.
-  DeviceTensor(bool present, const HostTensor& h, msa::TensorView host_view)
-      : DeviceTensor(h, present ? host_view : msa::TensorView{}) {}
-  ~DeviceTensor() { cudaFree(ptr); }
-  DeviceTensor(const DeviceTensor&) = delete;
-  DeviceTensor& operator=(const DeviceTensor&) = delete;
-  void upload(const HostTensor& h) const { EXPECT_EQ(cudaMemcpy(ptr, h.raw(), h.bytes(), cudaMemcpyHostToDevice), cudaSuccess); }
-  void download(HostTensor& h) const {
-    ASSERT_EQ(cudaMemcpy(h.raw(), ptr, h.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-};
 
 WorkloadSpec spec_of(int page_size, std::vector<Request> requests, std::uint64_t seed) {
   WorkloadSpec s;

@@ -22,6 +22,7 @@
 #include "cuda/prefill/union_sm90/launch.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
+#include "tests/support/device_tensor.h"
 
 namespace {
 
@@ -33,27 +34,7 @@ using msa::bench::WorkloadSpec;
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
-// A device copy of a host tensor (same shape and strides), freed with the object.
-struct DeviceTensor {
-  void* ptr = nullptr;
-  msa::TensorView view;
-  DeviceTensor() = default;
-  DeviceTensor(const HostTensor& h, msa::TensorView host_view) {
-    view = host_view;
-    if (!view.present()) return;
-    EXPECT_EQ(cudaMalloc(&ptr, std::max<std::size_t>(h.bytes(), 16)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, h.raw(), h.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    view.data = ptr;
-    view.device = msa::Device::kCuda;
-  }
-  explicit DeviceTensor(const HostTensor& h) : DeviceTensor(h, h.view()) {}
-  ~DeviceTensor() { cudaFree(ptr); }
-  DeviceTensor(const DeviceTensor&) = delete;
-  DeviceTensor& operator=(const DeviceTensor&) = delete;
-  void download(HostTensor& h) const {
-    ASSERT_EQ(cudaMemcpy(h.raw(), ptr, h.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-};
+using msa::test::DeviceTensor;
 
 struct Case {
   std::string name;
