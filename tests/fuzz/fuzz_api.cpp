@@ -523,6 +523,10 @@ class Ctx {
       for_each_index(t.view, [&](std::int64_t lin, std::int64_t o) {
         if (lin == want) off = o;
       });
+      // Only inside the allocation: a rank override after materialize() can make a view of
+      // no elements (a 1-byte allocation) look like one with elements.
+      const auto* at = static_cast<const std::uint8_t*>(t.view.data) + off * static_cast<std::int64_t>(elem_size(t.view.dtype));
+      if (!t.has_elems || at < t.alloc || at + elem_size(t.view.dtype) > t.alloc + t.alloc_bytes) continue;
       if (t.view.dtype == DType::kInt32) {
         wr<std::int32_t>(t.view.data, off, static_cast<std::int32_t>(m.v2));
       } else {
