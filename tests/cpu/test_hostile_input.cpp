@@ -19,6 +19,7 @@
 #include "cpu/reference.h"
 #include "msa/msa.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/host_tensor.h"
 
 namespace {
 
@@ -29,11 +30,7 @@ constexpr float kSentinel = 7.f;
 
 using msa::test::expect_error;
 
-bool untouched(const HostTensor& t) {
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    if (t.get(i) != kSentinel) return false;
-  return true;
-}
+bool untouched(const HostTensor& t) { return msa::test::all_equal(t, kSentinel); }
 
 bool any_nan(const HostTensor& t) {
   for (std::int64_t i = 0; i < t.numel(); ++i)
@@ -47,11 +44,7 @@ HostTensor int_vector(std::vector<std::int32_t> values) {
   return t;
 }
 
-HostTensor copy_of(const HostTensor& t) {
-  HostTensor c(t.dtype(), t.shape());
-  std::memcpy(c.raw(), t.raw(), t.bytes());
-  return c;
-}
+using msa::test::copy_of;
 
 msa::AttentionShape small_shape() {
   msa::AttentionShape s;

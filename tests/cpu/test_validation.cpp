@@ -9,6 +9,7 @@
 #include "core/validate.h"
 #include "msa/msa.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/host_tensor.h"
 
 namespace {
 
@@ -25,17 +26,9 @@ HostTensor sentinel_tensor(DType dtype, std::vector<std::int64_t> shape) {
   return t;
 }
 
-bool untouched(const HostTensor& t) {
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    if (t.get(i) != kSentinel) return false;
-  return true;
-}
+bool untouched(const HostTensor& t) { return msa::test::all_equal(t, kSentinel); }
 
-HostTensor copy_of(const HostTensor& t) {
-  HostTensor c(t.dtype(), t.shape());
-  std::memcpy(c.raw(), t.raw(), t.bytes());
-  return c;
-}
+using msa::test::copy_of;
 
 msa::AttentionShape small_shape() {
   msa::AttentionShape s;

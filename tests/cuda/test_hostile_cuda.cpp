@@ -16,6 +16,7 @@
 #include "msa/msa.h"
 #include "tests/support/device_tensor.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/host_tensor.h"
 
 namespace {
 
@@ -105,8 +106,7 @@ TEST(HostileCuda, StrictModeChecksDeviceTopkAndLengths) {
   if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
   DeviceCase c(spec_of(64, {{40, 900}, {3, 3}}, 21));
   // Head 1, query 41 (request 1, local block 0): a full row is [0, -1, ...]; a duplicate 0 breaks it.
-  HostTensor bad(msa::DType::kInt32, c.w.topk.shape());
-  std::memcpy(bad.raw(), c.w.topk.raw(), bad.bytes());
+  HostTensor bad = msa::test::copy_of(c.w.topk);
   bad.data<std::int32_t>()[(1 * 43 + 41) * 8 + 1] = 0;
   c.topk.upload(bad);
   msa::SparsePrefill strict(c.w.spec.shape, cuda_options(true));
