@@ -6,7 +6,6 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -18,33 +17,21 @@
 #include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
+#include "tests/support/compare.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/host_tensor.h"
+#include "tests/support/poison.h"
 
 namespace {
 
 using msa::DType;
 using msa::bench::HostTensor;
-
-constexpr float kSentinel = 7.f;
-
-using msa::test::expect_error;
-
-bool untouched(const HostTensor& t) { return msa::test::all_equal(t, kSentinel); }
-
-bool any_nan(const HostTensor& t) {
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    if (std::isnan(t.get(i))) return true;
-  return false;
-}
-
-HostTensor int_vector(std::vector<std::int32_t> values) {
-  HostTensor t(DType::kInt32, {static_cast<std::int64_t>(values.size())});
-  std::memcpy(t.raw(), values.data(), values.size() * sizeof(std::int32_t));
-  return t;
-}
-
+using msa::test::any_nan;
 using msa::test::copy_of;
+using msa::test::expect_error;
+using msa::test::int_tensor;
+using msa::test::kSentinel;
+using msa::test::untouched;
 
 msa::AttentionShape small_shape() {
   msa::AttentionShape s;
@@ -86,13 +73,13 @@ TEST(HostileInput, RunWithAnotherBatchThanPlannedIsRejected) {
   msa::SparsePrefill op(c.w.spec.shape);
   op.plan(c.w.batch(), c.w.topk.view());
   // Same B and total_q, other offsets: the plan's partial rows would land out of bounds.
-  HostTensor cu = int_vector({0, 8, 10});
+  HostTensor cu = int_tensor({0, 8, 10});
   c.args.batch.cu_seqlens_q = cu.view();
   expect_error([&] { op.run(c.args); }, "cu_seqlens_q[1]", "8");
   EXPECT_TRUE(untouched(c.out) && untouched(c.lse));
 
   c.reset();
-  HostTensor kl = int_vector({8, 9});
+  HostTensor kl = int_tensor({8, 9});
   c.args.batch.k_len = kl.view();
   expect_error([&] { op.run(c.args); }, "k_len[1]", "9");
   EXPECT_TRUE(untouched(c.out) && untouched(c.lse));
@@ -113,7 +100,7 @@ TEST(HostileInput, RunWithAnotherBatchThanPlannedIsRejected) {
 
 TEST(HostileInput, BatchVectorStridesAlignmentAndExtents) {
   Case c({{3, 300}, {1, 1}});
-  HostTensor kl = int_vector({0, 0, 300, 1, 0, 0});
+  HostTensor kl = int_tensor({0, 0, 300, 1, 0, 0});
   const auto plan_with = [&](msa::TensorView k_len) {
     msa::SparsePrefill op(c.w.spec.shape);
     msa::VarlenBatch b = c.w.batch();
@@ -191,7 +178,7 @@ TEST(HostileInput, ExceptionsInsideParallelRegionsReachTheCaller) {
 
 TEST(HostileInput, LengthsBeyondKMaxKvLenAreRejectedByName) {
   Case c({{1, 40}});
-  HostTensor kl = int_vector({INT_MAX});
+  HostTensor kl = int_tensor({INT_MAX});
   msa::VarlenBatch b = c.w.batch();
   b.k_len = kl.view();
   msa::SparsePrefill op(c.w.spec.shape);
@@ -199,7 +186,7 @@ TEST(HostileInput, LengthsBeyondKMaxKvLenAreRejectedByName) {
   kl.data<std::int32_t>()[0] = static_cast<std::int32_t>(msa::kMaxKvLen) + 1;
   expect_error([&] { op.plan(b, c.w.topk.view()); }, "k_len[0]", std::to_string(msa::kMaxKvLen + 1));
   // Decode: seq_len = [INT_MAX] used to return out = 0, lse = -inf silently.
-  HostTensor sl = int_vector({INT_MAX});
+  HostTensor sl = int_tensor({INT_MAX});
   expect_error([&] { msa::read_decode_batch(sl.view(), 1); }, "seq_len[0]", std::to_string(INT_MAX));
 }
 
@@ -210,7 +197,7 @@ TEST(HostileInput, ShapesAreCheckedBeforeAnyLargeAllocation) {
   // once, not after building per-query tables of 2^31 rows.
   std::vector<std::int32_t> cu(129), kl(128, (1 << 24) - 1);
   for (int b = 0; b <= 128; ++b) cu[b] = b * ((1 << 24) - 1);
-  HostTensor cu_t = int_vector(cu), kl_t = int_vector(kl);
+  HostTensor cu_t = int_tensor(cu), kl_t = int_tensor(kl);
   HostTensor index_q(DType::kBF16, {1, 1, 128}), index_k(DType::kBF16, {1, 1, 16, 128}),
       pt(DType::kInt32, {128, 1}), scores(DType::kFP32, {1, 1, 1});
   msa::IndexerArgs a;
@@ -231,7 +218,7 @@ TEST(HostileInput, DecodeRowsBeyondInt32AreRejected) {
   // B = 2^28 requests of Q = 16: B * Q wrapped to 0 in int32 and a q of zero rows passed. The
   // device path checks metadata only, so the claimed extent is enough to reach the product.
   msa::DecodeArgs d;
-  HostTensor one = int_vector({64});
+  HostTensor one = int_tensor({64});
   d.seq_len = one.view();
   d.seq_len.shape[0] = std::int64_t{1} << 28;
   d.seq_len.device = msa::Device::kCuda;
@@ -263,7 +250,7 @@ TEST(HostileInput, MisalignedWorkspaceIsRejected) {
 
 TEST(HostileInput, OverflowingValuesAreRejectedWithoutOverflow) {
   Case c({{1, 40}, {0, 40}});
-  HostTensor cu = int_vector({0, 1, INT_MIN});
+  HostTensor cu = int_tensor({0, 1, INT_MIN});
   msa::VarlenBatch b = c.w.batch();
   b.cu_seqlens_q = cu.view();
   msa::SparsePrefill op(c.w.spec.shape);
@@ -316,16 +303,9 @@ struct BothOperators {
   }
 };
 
+// |a - b| <= tol + tol |b| elementwise, identical +-inf positions, no NaN (no cosine test).
 void expect_close(const HostTensor& a, const HostTensor& b, float tol, const char* what) {
-  ASSERT_EQ(a.numel(), b.numel());
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    const float x = a.get(i), y = b.get(i);
-    if (std::isinf(x) || std::isinf(y)) {
-      ASSERT_EQ(x, y) << what << " element " << i;
-    } else {
-      ASSERT_NEAR(x, y, tol + tol * std::fabs(y)) << what << " element " << i;
-    }
-  }
+  EXPECT_TRUE(msa::test::close(a, b, {tol, tol, -1.0})) << what;
 }
 
 TEST(HostileInput, NonFiniteSinksAreIgnoredAlikeByDecodeAndPrefill) {

@@ -7,10 +7,10 @@
 #include <random>
 #include <vector>
 
-#include "bench/compare.h"
 #include "bench/workload.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
+#include "tests/support/compare.h"
 
 namespace {
 
@@ -103,10 +103,8 @@ TEST(ReferenceCombine, MatchesFp64Formula) {
       msa::cpu::combine(shape(), args_of(p, out, lse));
       reference(p, ref_out, ref_lse);
       // FP32 vs FP64 merge: the bf16 rounding of out dominates.
-      const auto o = msa::bench::compare(out, ref_out, {1e-5, 1.0 / 128, 0.99999});
-      EXPECT_TRUE(o.ok) << o.summary();
-      const auto l = msa::bench::compare(lse, ref_lse, {1e-5, 1e-6, -1.0});
-      EXPECT_TRUE(l.ok) << l.summary();
+      EXPECT_TRUE(msa::test::close(out, ref_out, {1e-5, 1.0 / 128, 0.99999}));
+      EXPECT_TRUE(msa::test::close(lse, ref_lse, {1e-5, 1e-6, -1.0}));
       // n = 0 rows and all--inf rows: out 0; lse -inf, or the sink itself.
       for (const auto& [q, h] : {std::pair{0, 2}, std::pair{5, 0}, std::pair{3, 1}}) {
         EXPECT_EQ(lse.get(q * kHq + h), sinks ? p.sinks.get(h) : -INFINITY) << q << " " << h;

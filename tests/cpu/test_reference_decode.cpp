@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/compare.h"
 #include "bench/workload.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
+#include "tests/support/compare.h"
 
 namespace {
 
@@ -82,10 +82,8 @@ void check_decode(const DecodeCase& c, std::uint64_t seed) {
   a.lse = lse.view();
   msa::sparse_decode(spec.shape, a, msa::Options{});
 
-  const auto o = msa::bench::compare(out, ref_out, {});
-  EXPECT_TRUE(o.ok) << "out: " << o.summary();
-  const auto l = msa::bench::compare(lse, ref_lse, {1e-3, 0.0, -1.0});
-  EXPECT_TRUE(l.ok) << "lse: " << l.summary();
+  EXPECT_TRUE(msa::test::close(out, ref_out, msa::test::kOutTolerance)) << "out";
+  EXPECT_TRUE(msa::test::close(lse, ref_lse, msa::test::kLseTolerance)) << "lse";
 }
 
 TEST(ReferenceDecode, MatchesPrefillGather) {

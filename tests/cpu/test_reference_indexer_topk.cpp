@@ -8,9 +8,9 @@
 #include <tuple>
 #include <vector>
 
-#include "bench/compare.h"
 #include "bench/workload.h"
 #include "msa/msa.h"
+#include "tests/support/compare.h"
 
 namespace {
 
@@ -83,8 +83,7 @@ void check_indexer(int page_size, DType dtype, std::uint64_t seed) {
         got.set((h * w.total_q + q) * cols + p, storage.get((h * w.total_q + q) * pitch + p));
       for (std::int64_t p = cols; p < pitch; ++p) ASSERT_EQ(storage.get((h * w.total_q + q) * pitch + p), kPad);
     }
-  const auto c = msa::bench::compare(got, ref, {2e-4, 2e-4, 0.9999});
-  EXPECT_TRUE(c.ok) << c.summary();
+  EXPECT_TRUE(msa::test::close(got, ref, {2e-4, 2e-4, 0.9999}));
 }
 
 TEST(ReferenceIndexer, MatchesKeyMajorBruteForce) {

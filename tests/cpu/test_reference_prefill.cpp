@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/compare.h"
 #include "bench/workload.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
+#include "tests/support/compare.h"
 
 namespace {
 
@@ -23,8 +23,8 @@ using msa::bench::Tolerance;
 using msa::bench::Workload;
 using msa::bench::WorkloadSpec;
 
-const Tolerance kOutTol{};                   // spec §7: 1e-2 + 1e-2 |ref|, cosine 0.9999
-const Tolerance kLseTol{1e-3, 0.0, -1.0};    // spec §7: |err| <= 1e-3, same -inf positions
+constexpr Tolerance kOutTol = msa::test::kOutTolerance;  // spec §7: 1e-2 + 1e-2 |ref|, cosine 0.9999
+constexpr Tolerance kLseTol = msa::test::kLseTolerance;  // spec §7: |err| <= 1e-3, same -inf positions
 
 struct Outputs {
   HostTensor out, lse;
@@ -65,10 +65,8 @@ Outputs run_dense(const Workload& w) {
 
 void expect_match(const Outputs& got, const Outputs& ref, const Tolerance& out_tol,
                   const Tolerance& lse_tol) {
-  const auto o = msa::bench::compare(got.out, ref.out, out_tol);
-  EXPECT_TRUE(o.ok) << "out: " << o.summary();
-  const auto l = msa::bench::compare(got.lse, ref.lse, lse_tol);
-  EXPECT_TRUE(l.ok) << "lse: " << l.summary();
+  EXPECT_TRUE(msa::test::close(got.out, ref.out, out_tol)) << "out";
+  EXPECT_TRUE(msa::test::close(got.lse, ref.lse, lse_tol)) << "lse";
 }
 
 WorkloadSpec make_spec(int h_q, int h_kv, int topk, std::vector<Request> requests, int page_size,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of msa_fuzz_api (tests/fuzz/corpus/), one file per operator branch.
 
-Input layout (see tests/fuzz/fuzz_api.cpp): a 20-byte header (HEADER below, struct Header),
+Input layout (tests/fuzz/fuzz_api.cpp; struct Header in fuzz_input.h): a 20-byte header (HEADER),
 then per-request lengths (prefill, indexer, top-k, plan: u8 q_len, u16 extra k_len; decode:
 u16 extra seq_len), then mutations (u8 target, u8 field, hostile value[, hostile value]).
 
