@@ -10,7 +10,8 @@
 namespace msa {
 
 // One unit of KV-block-major work: queries [q_begin, q_begin + q_count) of q_indices[kv_head]
-// (absolute positions in that head's edge list, all inside one CSR row).
+// (absolute positions in that head's edge list, all inside one CSR row). The CUDA planner writes
+// its work list as WorkItem[work_count] and the kernels read it as such.
 struct WorkItem {
   std::int32_t kv_head;
   std::int32_t row;      // CSR row (level-major, request-minor)
@@ -31,7 +32,7 @@ struct ProblemSize {
 
 // Element counts of every plan array for a problem; the work capacity is the spec's bound
 // total_rows * h_kv + ceil(total_q * topk * h_kv / q_per_item), with total_rows bounded by
-// batch * ceil(max_k_len / 128).
+// batch * ceil(max_k_len / kBlockSize).
 struct K2qSizes {
   std::int64_t max_rows;        // bound on total_rows
   std::int64_t edges_per_head;  // total_q * topk
@@ -46,11 +47,12 @@ struct K2qCsr {
   int q_per_item = 0;
   std::int64_t batch = 0;
   std::int64_t total_q = 0;
-  std::int64_t total_rows = 0;              // sum_b ceil(k_len[b] / 128)
+  std::int64_t total_rows = 0;              // sum_b ceil(k_len[b] / kBlockSize)
   std::vector<std::int32_t> row_coords;     // [total_rows, 2] = (b, block)
   std::vector<std::int32_t> row_ptr;        // [h_kv, total_rows + 1] exclusive edge prefix
   std::vector<std::int32_t> q_indices;      // [h_kv, total_q * topk] request-local q, -1 tail
   std::vector<std::int32_t> qsplit;         // [h_kv, total_q * topk] q_local | slot << 24, -1 tail
+                                            // (qsplit::encode/query/slot, src/core/plan_encoding.h)
   std::vector<std::int32_t> split_counts;   // [total_q, h_kv] valid edges of each query row
   std::vector<WorkItem> work;               // [work_count], order free
   std::int64_t work_capacity = 0;           // host bound that work.size() never exceeds

@@ -8,15 +8,16 @@
 
 #include "core/batch.h"
 #include "core/check.h"
-#include "core/tile_route.h"
+#include "core/plan_encoding.h"
 #include "core/validate.h"
-#include "msa/plan.h"
 
 namespace msa {
 
 namespace {
 
 constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
+// Every slot (< topk) fits the qsplit word's slot field, the bits above the query.
+constexpr int kMaxPlanTopk = (1 << (32 - qsplit::kQueryBits)) - 1;
 
 // Level-major, request-minor numbering of the (request, block) rows: all requests' block 0,
 // then block 1 of the requests that have one, and so on.
@@ -32,7 +33,7 @@ RowMap map_rows(const BatchInfo& info) {
   for (std::int64_t b = 0; b < info.batch; ++b) m.first[b + 1] = m.first[b] + info.blocks(b);
   const std::int64_t total_rows = m.first[info.batch];
   MSA_REQUIRE(total_rows < kInt32Max, "k_len", std::to_string(total_rows) + " rows",
-              "the plan's row count, sum of ceil(k_len / 128), must fit in int32");
+              "the plan's row count, sum of ceil(k_len / " + std::to_string(kBlockSize) + "), must fit in int32");
   // start[l] = rows in levels < l. First start[c - 1] = requests with exactly c blocks; the
   // suffix sum turns that into requests that have block l; an exclusive scan gives the starts.
   const std::int64_t levels = info.max_blocks();
@@ -119,7 +120,8 @@ K2qSizes k2q_sizes(const AttentionShape& shape, const ProblemSize& problem, int 
   K2qSizes s;
   s.max_rows = problem.batch * ((problem.max_k_len + kBlockSize - 1) / kBlockSize);
   MSA_REQUIRE(s.max_rows < kInt32Max, "problem.max_k_len", std::to_string(problem.max_k_len),
-              "batch * ceil(max_k_len / 128) = " + std::to_string(s.max_rows) + " plan rows must fit in int32");
+              "batch * ceil(max_k_len / " + std::to_string(kBlockSize) + ") = " + std::to_string(s.max_rows) +
+                  " plan rows must fit in int32");
   s.edges_per_head = problem.total_q * shape.topk;
   MSA_REQUIRE(s.edges_per_head <= kInt32Max, "problem.total_q", std::to_string(problem.total_q),
               "total_q * topk = " + std::to_string(s.edges_per_head) + " edges must fit in int32");
@@ -139,8 +141,8 @@ K2qCsr build_k2q_csr(const AttentionShape& shape, const VarlenBatch& batch, cons
 K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batch, const TensorView& topk,
                             const Options& options, const TileRoute& route) {
   MSA_REQUIRE(shape.h_kv >= 1, "shape.h_kv", std::to_string(shape.h_kv), "must be >= 1");
-  MSA_REQUIRE(shape.topk >= 1 && shape.topk <= 255, "shape.topk", std::to_string(shape.topk),
-              "must be in 1..255 (qsplit packs the slot in 8 bits)");
+  MSA_REQUIRE(shape.topk >= 1 && shape.topk <= kMaxPlanTopk, "shape.topk", std::to_string(shape.topk),
+              "must be in 1.." + std::to_string(kMaxPlanTopk) + " (the qsplit word's slot field)");
   MSA_REQUIRE(options.q_per_item >= 1, "options.q_per_item", std::to_string(options.q_per_item),
               "must be >= 1");
   // Everything is checked (strict contract included) before the plan is built.
@@ -164,7 +166,7 @@ K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batc
   const std::int64_t total_rows = csr.total_rows;
   csr.row_ptr.assign(static_cast<std::size_t>(h_kv * (total_rows + 1)), 0);
   csr.q_indices.assign(static_cast<std::size_t>(h_kv * edges), -1);
-  csr.qsplit.assign(static_cast<std::size_t>(h_kv * edges), -1);
+  csr.qsplit.assign(static_cast<std::size_t>(h_kv * edges), qsplit::kUnused);
   csr.split_counts.assign(static_cast<std::size_t>(info.total_q * h_kv), 0);
   MSA_REQUIRE(route.union_tile == nullptr || route.q_per_tile >= 1, "route.q_per_tile",
               std::to_string(route.q_per_tile), "must be >= 1");
@@ -190,17 +192,16 @@ K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batc
     }
     for (std::int64_t r = 0; r < total_rows; ++r) row_ptr[r + 1] += row_ptr[r];
     std::copy(row_ptr, row_ptr + total_rows, cursor.begin());
-    std::int32_t* q_indices = csr.q_indices.data() + h * edges;
-    std::int32_t* qsplit = csr.qsplit.data() + h * edges;
+    std::int32_t* head_q_indices = csr.q_indices.data() + h * edges;
+    std::int32_t* head_qsplit = csr.qsplit.data() + h * edges;
     for (std::int64_t q = 0; q < info.total_q; ++q) {
       const std::int32_t b = info.request_of(q);
       const std::int32_t q_local = static_cast<std::int32_t>(q - info.cu_q[b]);
       const std::int32_t* sel = selection.data() + q * k;
       for (int s = 0; s < kept[q]; ++s) {
         const std::int32_t e = cursor[rows.row_of[rows.first[b] + sel[s]]]++;
-        q_indices[e] = q_local;
-        qsplit[e] = static_cast<std::int32_t>(static_cast<std::uint32_t>(q_local) |
-                                              (static_cast<std::uint32_t>(s) << 24));
+        head_q_indices[e] = q_local;
+        head_qsplit[e] = qsplit::encode(q_local, s);
       }
     }
   }

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/plan_encoding.h"  // kLog2e, kLn2
+
 namespace msa::cpu {
 
 struct OnlineSoftmax {
@@ -16,7 +18,7 @@ struct OnlineSoftmax {
 
   // A virtual key with logit sink (natural units) and zero value.
   void seed_sink(float sink) {
-    m = sink * 1.4426950408889634f;
+    m = sink * kLog2e;
     l = 1.f;
     scale = 1.f;
   }
@@ -50,7 +52,7 @@ struct OnlineSoftmax {
   // Natural-log LSE of everything folded in; -inf when empty.
   float lse() const {
     if (!(l > 0.f)) return -std::numeric_limits<float>::infinity();
-    return (m + std::log2(l)) * 0.6931471805599453f;
+    return (m + std::log2(l)) * kLn2;
   }
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/batch.h"
+#include "core/plan_encoding.h"
 #include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "cpu/row_helpers.h"
@@ -49,10 +50,10 @@ void sparse_prefill_partials(const AttentionShape& shape, const PrefillArgs& arg
       tokens.clear();
       for (std::int64_t t = first; t < last; ++t) tokens.push_back(t);
       kv.gather(args.kv, rows, b, item.kv_head, tokens, d);
-      const std::int32_t* qsplit = plan.qsplit.data() + item.kv_head * edges_per_head;
+      const std::int32_t* head_qsplit = plan.qsplit.data() + item.kv_head * edges_per_head;
       for (std::int64_t e = item.q_begin; e < item.q_begin + item.q_count; ++e) {
-        const std::int64_t q_local = qsplit[e] & 0xffffff;
-        const std::int64_t slot = static_cast<std::uint32_t>(qsplit[e]) >> 24;
+        const std::int64_t q_local = qsplit::query(head_qsplit[e]);
+        const std::int64_t slot = qsplit::slot(head_qsplit[e]);
         const std::int64_t r = info.cu_q[b] + q_local;
         // Keys first..pos of this block are visible to the query.
         const std::int64_t n_vis = std::clamp<std::int64_t>(info.pos(b, q_local) + 1 - first, 0, kv.n);

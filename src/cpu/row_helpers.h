@@ -15,8 +15,6 @@
 
 namespace msa::cpu {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-
 // docs/numerics.md, "Extreme values": a scaled score s = scale * <q, k> that overflows or is
 // not a number saturates to [-kScoreLimit, kScoreLimit] (NaN to -kScoreLimit) before the
 // softmax, so every softmax sees finite scores and no output is NaN. 2^126 leaves room for the

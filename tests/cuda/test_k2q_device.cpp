@@ -3,7 +3,8 @@
 // workloads (random / tile-shared / clustered, adversarial rows, hot rows, G = 1 and 16,
 // hundreds of requests, q_len = 0 requests, total_q = 0), through the direct entry points
 // (also with an arbitrary tile routing), a CUDA graph replay and the SparsePrefill CUDA backend
-// (whose default PrefillPath::kAuto routes tiles by the rule of core/tile_route.h).
+// (whose default PrefillPath::kAuto routes tiles by the rule of core/tile_route.h); and the
+// workspace layout, sized and carved by one function (no device needed).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -21,8 +22,9 @@
 #include "core/k2q_host.h"
 #include "core/tile_route.h"
 #include "cuda/plan/k2q_device.h"
-#include "cuda/prefill/union_sm90/launch.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
+#include "tests/support/device_tensor.h"
 
 namespace {
 
@@ -32,22 +34,19 @@ using msa::bench::Selection;
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
+// Raw device memory (a workspace, routing flags); null when the allocation fails.
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+  explicit DeviceBuffer(std::size_t bytes) {
     if (cudaMalloc(&ptr_, std::max<std::size_t>(bytes, 256)) != cudaSuccess) ptr_ = nullptr;
   }
   ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void* get() const { return ptr_; }
-  template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  std::size_t bytes() const { return bytes_; }
 
  private:
   void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
 };
 
 enum class Mutation { kNone, kAdversarial, kHot };
@@ -85,7 +84,7 @@ void make_adversarial(PlanInputs& in, const std::vector<Request>& requests, std:
   auto* ids = in.topk.data<std::int32_t>();
   std::vector<std::int32_t> blocks_of;  // per packed query
   for (const auto& r : requests)
-    for (std::int32_t i = 0; i < r.q_len; ++i) blocks_of.push_back((r.k_len + 127) / 128);
+    for (std::int32_t i = 0; i < r.q_len; ++i) blocks_of.push_back((r.k_len + msa::kBlockSize - 1) / msa::kBlockSize);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (std::int64_t h = 0; h < h_kv; ++h) {
     for (std::int64_t q = 0; q < in.total_q; ++q) {
@@ -162,7 +161,7 @@ std::vector<std::uint8_t> random_route(const PlanCase& c, const PlanInputs& in, 
 std::vector<std::uint8_t> rule_route(const PlanCase& c, const PlanInputs& in) {
   return msa::route_tiles_host(in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(),
                                in.k_len.data<std::int32_t>(), static_cast<int>(c.requests.size()), c.h_kv,
-                               in.total_q, c.topk, msa::cuda::union_sm90_queries_per_tile(shape_of(c).group()));
+                               in.total_q, c.topk, msa::cuda::tile_union_queries_per_tile(shape_of(c).group()));
 }
 
 std::tuple<int, int, int, int, int, int> key(const msa::WorkItem& w) {
@@ -207,36 +206,31 @@ void expect_same_plan(const msa::K2qCsr& host, const msa::K2qCsr& dev) {
   EXPECT_LE(static_cast<std::int64_t>(dev.work.size()), dev.work_capacity);
 }
 
-// Device copies of one case's inputs plus a workspace for its plan.
+msa::ProblemSize problem_of(const PlanCase& c, const PlanInputs& in) {
+  return {static_cast<std::int64_t>(c.requests.size()), in.total_q, in.max_k_len + c.extra_k_len};
+}
+
+// Device copies of one case's inputs plus a workspace for its plan, carved into buffers.
 struct DevicePlan {
   msa::cuda::K2qDeviceSizes sizes;
-  DeviceBuffer cu, k_len, topk, workspace;
+  msa::test::DeviceTensor cu, k_len, topk;
+  DeviceBuffer workspace;
   msa::cuda::K2qDeviceBuffers buffers{};
   msa::cuda::K2qDeviceInputs inputs{};
 
   DevicePlan(const PlanCase& c, const PlanInputs& in)
-      : sizes(msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item,
-                                          msa::ProblemSize{static_cast<std::int64_t>(c.requests.size()),
-                                                           in.total_q, in.max_k_len + c.extra_k_len})),
-        cu(in.cu_seqlens_q.bytes()),
-        k_len(in.k_len.bytes()),
-        topk(in.topk.bytes()),
-        workspace(sizes.total) {}
-
-  void upload(const PlanInputs& in) {
-    CUDA_OK(cudaMemcpy(cu.get(), in.cu_seqlens_q.raw(), in.cu_seqlens_q.bytes(), cudaMemcpyHostToDevice));
-    if (in.k_len.bytes() > 0) {
-      CUDA_OK(cudaMemcpy(k_len.get(), in.k_len.raw(), in.k_len.bytes(), cudaMemcpyHostToDevice));
-    }
-    if (in.topk.bytes() > 0) {
-      CUDA_OK(cudaMemcpy(topk.get(), in.topk.raw(), in.topk.bytes(), cudaMemcpyHostToDevice));
-    }
-    buffers = msa::cuda::k2q_device_carve(sizes, workspace.get());
-    inputs.cu_seqlens_q = cu.as<std::int32_t>();
-    inputs.k_len = k_len.as<std::int32_t>();
-    inputs.topk = topk.as<std::int32_t>();
-    inputs.stride_topk_head = in.total_q * sizes.geo.topk;
-    inputs.stride_topk_token = sizes.geo.topk;
+      : sizes(msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, in))),
+        cu(in.cu_seqlens_q),
+        k_len(in.k_len),
+        topk(in.topk),
+        workspace(sizes.total) {
+    msa::cuda::Arena arena(workspace.get());
+    buffers = msa::cuda::k2q_device_layout(sizes.geo, arena);
+    inputs.cu_seqlens_q = static_cast<const std::int32_t*>(cu.ptr);
+    inputs.k_len = static_cast<const std::int32_t*>(k_len.ptr);
+    inputs.topk = static_cast<const std::int32_t*>(topk.ptr);
+    inputs.stride_topk_head = in.total_q * c.topk;
+    inputs.stride_topk_token = c.topk;
   }
   // Garbage everywhere, so that anything the planner forgets to write shows.
   // (cudaMemset is asynchronous on the legacy stream: finish it before other streams run.)
@@ -293,10 +287,21 @@ std::vector<PlanCase> cases() {
   add({"loose_bound", 4, 16, 64, {{600, 1000}, {20, 150}}, Selection::kRandom, Mutation::kAdversarial,
        5000, 14});
   add({"long_context", 4, 16, 64, {{2048, 200000}}, Selection::kRandom, Mutation::kNone, 0, 15});
-  // max_blocks * 4 bytes > 48 KiB: one warp per CTA and the opt-in shared-memory attribute.
+  // max_blocks * 4 bytes > kK2qUnitSmemDefault: one warp per CTA and the opt-in shared-memory attribute.
   add({"huge_bound", 2, 16, 64, {{300, 1000}, {50, 130000}}, Selection::kRandom, Mutation::kAdversarial,
        1900000, 16});
   return v;
+}
+
+// Sizing needs no device (this test runs without one), and carving spans exactly the sized bytes.
+TEST(K2qDeviceLayout, SizingMatchesCarving) {
+  for (const PlanCase& c : cases()) {
+    const auto sizes = msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, make_inputs(c)));
+    void* base = reinterpret_cast<void*>(std::uintptr_t{1} << 20);  // never dereferenced
+    msa::cuda::Arena arena(base);
+    EXPECT_EQ(msa::cuda::k2q_device_layout(sizes.geo, arena).row_coords, base) << c.name;
+    EXPECT_EQ(arena.bytes(), sizes.total) << c.name;
+  }
 }
 
 class K2qDevice : public ::testing::TestWithParam<PlanCase> {};
@@ -308,18 +313,17 @@ TEST_P(K2qDevice, MatchesHostBuilder) {
   const msa::K2qCsr host = host_plan(c, in);
   DevicePlan dp(c, in);
   ASSERT_NE(dp.workspace.get(), nullptr);
-  dp.upload(in);
   dp.poison();
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
-  const msa::K2qCsr dev = msa::cuda::k2q_device_snapshot(dp.sizes, dp.buffers, stream);
+  msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
+  const msa::K2qCsr dev = msa::cuda::k2q_device_snapshot(dp.sizes.geo, dp.buffers, stream);
   expect_same_plan(host, dev);
   expect_row_ptr_padding(dp, host);
 
   // Planning again over the previous plan's leftovers gives the same bytes.
-  msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
-  expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes, dp.buffers, stream));
+  msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
+  expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes.geo, dp.buffers, stream));
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
@@ -330,22 +334,21 @@ TEST_P(K2qDevice, GraphReplayMatchesHostBuilder) {
   const msa::K2qCsr host = host_plan(c, in);
   DevicePlan dp(c, in);
   ASSERT_NE(dp.workspace.get(), nullptr);
-  dp.upload(in);
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  if (dp.sizes.geo.unit_smem_bytes > 48 * 1024)  // sets the kernel attribute outside capture
-    msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
+  if (dp.sizes.geo.unit_smem_bytes > msa::cuda::kK2qUnitSmemDefault)  // sets the kernel attribute outside capture
+    msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
   cudaGraph_t graph = nullptr;
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
+  msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 2; ++replay) {
     dp.poison();
     CUDA_OK(cudaGraphLaunch(exec, stream));
-    expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes, dp.buffers, stream));
+    expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes.geo, dp.buffers, stream));
   }
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
@@ -368,18 +371,17 @@ TEST_P(K2qDevice, RoutedMatchesHostBuilder) {
     }
     DevicePlan dp(c, in);
     ASSERT_NE(dp.workspace.get(), nullptr);
-    dp.upload(in);
     dp.poison();
     DeviceBuffer d_flags(flags.size());
     if (!flags.empty()) {
       CUDA_OK(cudaMemcpy(d_flags.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice));
     }
-    dp.inputs.union_tile = d_flags.as<std::uint8_t>();
+    dp.inputs.union_tile = static_cast<const std::uint8_t*>(d_flags.get());
     dp.inputs.route_q_per_tile = q_per_tile;
     cudaStream_t stream = nullptr;
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
-    expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes, dp.buffers, stream));
+    msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
+    expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes.geo, dp.buffers, stream));
     CUDA_OK(cudaStreamDestroy(stream));
   }
 }
@@ -400,7 +402,7 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     union_tiles += std::count(flags.begin(), flags.end(), 1);
     block_major_tiles += std::count(flags.begin(), flags.end(), 0);
     const msa::K2qCsr host =
-        host_plan(c, in, msa::TileRoute{msa::cuda::union_sm90_queries_per_tile(shape_of(c).group()), flags.data()});
+        host_plan(c, in, msa::TileRoute{msa::cuda::tile_union_queries_per_tile(shape_of(c).group()), flags.data()});
     {
       msa::Options fixed;
       fixed.backend = msa::Backend::kCuda;
@@ -419,14 +421,8 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     expect_same_plan(host, op.plan_snapshot());
 
     DevicePlan dp(c, in);
-    dp.upload(in);
-    msa::VarlenBatch batch;
-    batch.cu_seqlens_q = msa::TensorView::contiguous(dp.cu.get(), msa::DType::kInt32,
-                                                     {in.cu_seqlens_q.numel()}, msa::Device::kCuda);
-    batch.k_len = msa::TensorView::contiguous(dp.k_len.get(), msa::DType::kInt32, {in.k_len.numel()},
-                                              msa::Device::kCuda);
-    const auto topk = msa::TensorView::contiguous(
-        dp.topk.get(), msa::DType::kInt32, {c.h_kv, in.total_q, c.topk}, msa::Device::kCuda);
+    const msa::VarlenBatch batch{dp.cu.view, dp.k_len.view};
+    const msa::TensorView topk = dp.topk.view;
     EXPECT_THROW(op.plan(batch, topk), msa::Error);  // device batch needs a bound
     op.plan(batch, topk, in.max_k_len + 333, nullptr);
     expect_same_plan(host, op.plan_snapshot());
@@ -458,12 +454,11 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
     const PlanInputs in = make_inputs(c);
     DevicePlan dp(c, in);
     ASSERT_NE(dp.workspace.get(), nullptr);
-    dp.upload(in);
     cudaStream_t stream = nullptr;
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaGraph_t graph = nullptr;
     CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    msa::cuda::build_k2q_device(dp.sizes, dp.inputs, dp.buffers, stream);
+    msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
     CUDA_OK(cudaStreamEndCapture(stream, &graph));
     cudaGraphExec_t exec = nullptr;
     CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));

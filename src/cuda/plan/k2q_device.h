@@ -5,13 +5,17 @@
 //
 // Every size comes from host-known bounds (batch, total_q, max_k_len); total_rows is data
 // dependent, so arrays are laid out with capacities and the meaningful part is described
-// field by field in K2qDeviceBuffers. The caller owns the memory: k2q_device_sizes() gives
-// the bytes, k2q_device_carve() cuts a workspace into buffers.
+// field by field in K2qDeviceBuffers. The caller owns the memory: k2q_device_layout() takes the
+// buffers from an Arena, once on a sizing arena (the byte count) and once on the workspace.
+//
+// Files: k2q_device.cu (geometry, layout, launch), k2q_kernels.cuh (the kernels),
+// k2q_params.h (what the kernels read), k2q_snapshot.cpp (the host copy).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/workspace.h"
 #include "msa/plan.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -20,13 +24,13 @@ namespace msa::cuda {
 
 // Host-known geometry of one device plan. All counts are elements.
 struct K2qDeviceGeometry {
-  std::int64_t batch = 0;           // B
-  std::int64_t total_q = 0;         // packed query rows
-  std::int64_t max_k_len = 0;       // host bound on every k_len[b]
+  std::int64_t batch = 0;      // B
+  std::int64_t total_q = 0;    // packed query rows
+  std::int64_t max_k_len = 0;  // host bound on every k_len[b]
   int h_kv = 0;
   int topk = 0;                     // K, 1..32 (one warp segment per query)
   int q_per_item = 0;               // work-item chunk (options.q_per_item)
-  std::int64_t max_blocks = 0;      // ceil(max_k_len / 128): levels, and blocks of a request
+  std::int64_t max_blocks = 0;      // ceil(max_k_len / kBlockSize): levels, and blocks of a request
   std::int64_t max_rows = 0;        // batch * max_blocks >= total_rows
   std::int64_t edges_per_head = 0;  // total_q * topk
   std::int64_t work_capacity = 0;   // msa::k2q_sizes(...).work_capacity
@@ -39,32 +43,23 @@ struct K2qDeviceGeometry {
   std::size_t unit_smem_bytes = 0;  // dynamic shared memory of those CTAs
 };
 
-// Bytes of every buffer (each rounded up to 256) and their sum.
+// Dynamic shared memory the count/scatter kernels get without an opt-in attribute; plans above
+// it raise the attribute (see build_k2q_device).
+inline constexpr std::size_t kK2qUnitSmemDefault = 48 * 1024;
+
+// A geometry and the bytes of its workspace (k2q_device_layout on a sizing Arena).
 struct K2qDeviceSizes {
   K2qDeviceGeometry geo;
-  // outputs
-  std::size_t row_coords = 0;
-  std::size_t row_ptr = 0;
-  std::size_t q_indices = 0;
-  std::size_t qsplit = 0;
-  std::size_t split_counts = 0;
-  std::size_t work = 0;
-  std::size_t work_count = 0;
-  std::size_t total_rows = 0;
-  // scratch
-  std::size_t row_of = 0;
-  std::size_t unit_start = 0;
-  std::size_t unit_counts = 0;
-  std::size_t row_totals = 0;
-  std::size_t row_scan = 0;
-  std::size_t cub_temp = 0;
-  std::size_t total = 0;  // bytes of the whole workspace (256-byte aligned base)
+  std::size_t total = 0;  // workspace bytes (256-byte aligned base)
 };
 
 // Sizes for a problem. Throws msa::Error for what the device planner does not support
 // (topk > 32, int32 overflow of the plan, a request with more blocks than shared memory holds
 // counters for). Needs no device: the CUB scan's scratch is cub_temp_bound() (cuda/common/cub_temp.h).
 K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const ProblemSize& problem);
+
+// (edges, work items) of one CSR row, edges << 32 | items: one 64-bit sum scans both.
+using K2qRowTotal = unsigned long long;
 
 // Device arrays of one plan, views into the workspace. "meaningful" = what equals the host
 // builder's array byte for byte; the rest of each capacity is unspecified unless stated.
@@ -74,24 +69,27 @@ struct K2qDeviceBuffers {
                                // row_ptr[h, 0..total_rows]; entries total_rows..max_rows of a
                                // head all equal its edge count (so row_ptr[h, max_rows] = edges)
   std::int32_t* q_indices;     // [h_kv, edges_per_head] request-local q, -1 tail (all meaningful)
-  std::int32_t* qsplit;        // [h_kv, edges_per_head] q_local | slot << 24, -1 tail (all)
+  std::int32_t* qsplit;        // [h_kv, edges_per_head] qsplit::encode(q_local, slot),
+                               // qsplit::kUnused tail (all meaningful)
   std::int32_t* split_counts;  // [total_q, h_kv] (all meaningful)
-  std::int32_t* work;          // [work_capacity, 6] (kv_head, row, q_begin, q_count, b, block);
-                               // meaningful [work_count, 6], ordered by (kv_head, row, q_begin)
+  WorkItem* work;              // [work_capacity]; meaningful [work_count], ordered by
+                               // (kv_head, row, q_begin)
   std::int32_t* work_count;    // [1]
-  std::int32_t* total_rows;    // [1] sum_b ceil(k_len[b] / 128)
+  std::int32_t* total_rows;    // [1] sum_b ceil(k_len[b] / kBlockSize)
   // scratch
-  std::int32_t* row_of;        // [batch, max_blocks] row id of (b, block), block < rows_b
-  std::int32_t* unit_start;    // [batch + 1] first unit of request b; [batch] = unit count
-  std::int32_t* unit_counts;   // [h_kv, max_units, max_blocks] per-unit edge counts per block,
-                               // then their exclusive prefix along the units of the request
-  void* row_totals;            // [h_kv, max_rows + 1] (edges, work items) per row
-  void* row_scan;              // [h_kv, max_rows + 1] exclusive scan of row_totals (flat)
-  void* cub_temp;              // [cub_temp bytes]
+  std::int32_t* row_of;       // [batch, max_blocks] row id of (b, block), block < rows_b
+  std::int32_t* unit_start;   // [batch + 1] first unit of request b; [batch] = unit count
+  std::int32_t* unit_counts;  // [h_kv, max_units, max_blocks] per-unit edge counts per block,
+                              // then their exclusive prefix along the units of the request
+  K2qRowTotal* row_totals;    // [h_kv, max_rows + 1] (edges, work items) per row
+  K2qRowTotal* row_scan;      // [h_kv, max_rows + 1] exclusive scan of row_totals (flat)
+  void* cub_temp;             // [cub_temp_bound(h_kv * (max_rows + 1)) bytes]
 };
 
-// Cuts `workspace` (256-byte aligned, sizes.total bytes) into the buffers.
-K2qDeviceBuffers k2q_device_carve(const K2qDeviceSizes& sizes, void* workspace);
+// The planner's workspace layout: takes its buffers from `arena` in the order above (each piece
+// 256-byte aligned, docs/layouts.md). On a sizing Arena the pointers are null and
+// arena.bytes() grows by K2qDeviceSizes::total.
+K2qDeviceBuffers k2q_device_layout(const K2qDeviceGeometry& geo, Arena& arena);
 
 // Device inputs. cu_seqlens_q and k_len contiguous int32; topk int32 with its last dim
 // contiguous. Values are not trusted: ranges are clamped so that no input makes the planner
@@ -110,15 +108,14 @@ struct K2qDeviceInputs {
 };
 
 // Enqueues the planner on `stream`: no host synchronisation, no allocation, graph-capturable.
-// Plans whose unit_smem_bytes exceed 48 KiB (max_k_len > 1.5M tokens) raise a kernel attribute
-// the first time a size is seen (process-wide, current device); make that first call outside
-// a capture.
-void build_k2q_device(const K2qDeviceSizes& sizes, const K2qDeviceInputs& in,
-                      const K2qDeviceBuffers& out, cudaStream_t stream);
+// Plans whose unit_smem_bytes exceed kK2qUnitSmemDefault (max_k_len > 1.5M tokens) raise a
+// kernel attribute the first time a size is seen (process-wide, current device); make that
+// first call outside a capture.
+void build_k2q_device(const K2qDeviceGeometry& geo, const K2qDeviceInputs& in, const K2qDeviceBuffers& out,
+                      cudaStream_t stream);
 
 // Synchronises `stream` and copies the meaningful part of the plan into a host K2qCsr (the
 // host builder's layout). A debugging and testing aid; never on a hot path.
-K2qCsr k2q_device_snapshot(const K2qDeviceSizes& sizes, const K2qDeviceBuffers& buffers,
-                           cudaStream_t stream);
+K2qCsr k2q_device_snapshot(const K2qDeviceGeometry& geo, const K2qDeviceBuffers& buffers, cudaStream_t stream);
 
 }  // namespace msa::cuda

@@ -2,15 +2,17 @@
 
 #include <cuda_runtime.h>
 
+#include <thrust/iterator/counting_iterator.h>
 #include <algorithm>
 #include <climits>
 #include <cub/device/device_select.cuh>
 #include <string>
-#include <thrust/iterator/counting_iterator.h>
 
+#include "core/plan_encoding.h"
 #include "core/tile_route.h"
 #include "cuda/common/check.h"
 #include "cuda/common/cub_temp.h"
+#include "cuda/plan/tile_keys.cuh"
 #include "msa/error.h"
 
 namespace msa::cuda {
@@ -18,14 +20,12 @@ namespace msa::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kMaxEntries = 16 * 32;  // q_per_tile * topk
+constexpr int kMaxEntries = kTileUnionMaxQueries * kTileUnionMaxTopk;  // q_per_tile * topk
 
-// Warp per tile: entry e = (tile query e / topk, slot e % topk) gets the key
-// segment << 24 | block id, or -1 when the id is not a valid block of its request; the
-// segment (0..15) is the request's first query in the tile, and ids are < 2^24 (k_len is int32).
-// An entry counts towards the union when no earlier entry of the tile holds its key, and as an
-// edge when no earlier entry of its own row does; scanning downwards, the first equal key
-// settles both.
+// Warp per tile: entry e = (tile query e / topk, slot e % topk) gets its union key
+// (plan/tile_keys.cuh, the same keys the tile-union kernel's builders compute). An entry counts
+// towards the union when no earlier entry of the tile holds its key, and as an edge when no
+// earlier entry of its own row does; scanning downwards, the first equal key settles both.
 __global__ void __launch_bounds__(kWarps * 32) tile_route_kernel(const TileRouteParams p) {
   __shared__ std::int32_t key[kWarps][kMaxEntries];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -37,32 +37,19 @@ __global__ void __launch_bounds__(kWarps * 32) tile_route_kernel(const TileRoute
     const std::int64_t q0 = (tile - h * per_head) * p.q_per_tile;
     const int nq = static_cast<int>(min(std::int64_t(p.q_per_tile), p.total_q - q0));
     const int n = nq * p.topk;
-    int b0 = 0;  // the tile's first request: the last one starting at or before q0
-    {
-      int lo = 0, hi = p.batch - 1;
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (p.cu_seqlens_q[mid] <= q0) lo = mid;
-        else hi = mid - 1;
-      }
-      b0 = lo;
-    }
+    const int b0 = request_of_query(p.cu_seqlens_q, p.batch, q0, 0);  // the tile's first request
     for (int e = lane; e < n; e += 32) {
       const int i = e / p.topk;
       const std::int64_t q = q0 + i;
-      int b = b0;  // requests of the tile: at most q_per_tile steps from b0
-      while (b + 1 < p.batch && p.cu_seqlens_q[b + 1] <= q) ++b;
-      const int blocks = (max(p.k_len[b], 0) + 127) / 128;
+      const TileQuery tq = locate_tile_query(p.cu_seqlens_q, p.k_len, p.batch, q0, q, b0);
       const std::int32_t id = p.ids[h * p.stride_topk_head + q * p.stride_topk_token + (e - i * p.topk)];
-      // The request's segment: its first query in the tile (requests between may be empty).
-      const int seg = static_cast<int>(min(max(std::int64_t(p.cu_seqlens_q[b]) - q0, std::int64_t(0)), std::int64_t(15)));
-      key[warp][e] = id >= 0 && id < blocks ? (seg << 24 | id) : -1;
+      key[warp][e] = union_key::of_id(tq.segment, id, tq.blocks);
     }
     __syncwarp();
     unsigned unions = 0, edges = 0;  // this lane's counts
     for (int e = lane; e < n; e += 32) {
       const int k = key[warp][e];
-      if (k < 0) continue;
+      if (k == union_key::kNone) continue;
       const int row0 = e - e % p.topk;  // this query's first entry
       int found = -1;
       for (int j = e - 1; j >= 0; --j)
@@ -83,7 +70,8 @@ __global__ void __launch_bounds__(kWarps * 32) tile_route_kernel(const TileRoute
 }
 
 void check(const TileRouteParams& p) {
-  if (p.topk < 1 || p.topk > 32 || p.q_per_tile < 1 || p.q_per_tile > 16 || p.batch < 1)
+  if (p.topk < 1 || p.topk > kTileUnionMaxTopk || p.q_per_tile < 1 || p.q_per_tile > kTileUnionMaxQueries ||
+      p.batch < 1)
     throw Error("tile_route", "topk " + std::to_string(p.topk) + ", q_per_tile " + std::to_string(p.q_per_tile),
                 "expected topk in 1..32, q_per_tile in 1..16 and batch >= 1");
   if (tile_route_tiles(p.h_kv, p.total_q, p.q_per_tile) > INT_MAX)

@@ -14,7 +14,7 @@ namespace msa::cuda {
 
 struct TileRouteParams {
   // inputs
-  const std::int32_t* ids;           // [h_kv, total_q, topk], last dim contiguous
+  const std::int32_t* ids;  // [h_kv, total_q, topk], last dim contiguous
   std::int64_t stride_topk_head;
   std::int64_t stride_topk_token;
   const std::int32_t* cu_seqlens_q;  // [batch + 1]
@@ -22,14 +22,14 @@ struct TileRouteParams {
   int batch;                         // >= 1
   int h_kv;
   std::int64_t total_q;
-  int topk;                          // 1..32
-  int q_per_tile;                    // 1..16
+  int topk;        // 1..32
+  int q_per_tile;  // 1..16
   // outputs
-  std::uint8_t* union_tile;          // [tiles] 1: the tile-union kernel takes the tile
-  std::int32_t* union_list;          // [tiles] the flagged tiles ascending; first *union_count
-  std::int32_t* union_count;         // [1]
+  std::uint8_t* union_tile;   // [tiles] 1: the tile-union kernel takes the tile
+  std::int32_t* union_list;   // [tiles] the flagged tiles ascending; first *union_count
+  std::int32_t* union_count;  // [1]
   // scratch
-  void* temp;                        // tile_route_temp_bytes(tiles) bytes
+  void* temp;  // tile_route_temp_bytes(tiles) bytes
   std::size_t temp_bytes;
 };
 

@@ -1,0 +1,48 @@
+// One workspace arena for every CUDA operator: a layout is written once, as a function that takes
+// its pieces from an Arena in order, and run twice, first on a sizing arena (no memory: pieces are
+// null, bytes() is the total) and then on the workspace itself. The size and the carving cannot
+// drift apart because they are the same code. Pieces are 256-byte aligned (the workspace base
+// must be, checked), so any element type and any vector load fits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/check.h"
+
+namespace msa::cuda {
+
+class Arena {
+ public:
+  static constexpr std::size_t kAlign = 256;
+
+  // Sizing only: every piece is null.
+  Arena() = default;
+  // Carving `base` (kAlign-aligned).
+  explicit Arena(void* base) : base_(static_cast<char*>(base)) {
+    MSA_REQUIRE(reinterpret_cast<std::uintptr_t>(base) % kAlign == 0, "workspace.data",
+                std::to_string(reinterpret_cast<std::uintptr_t>(base)), "must be 256-byte aligned");
+  }
+
+  // The next piece: `count` elements of T (at least one aligned unit, so an empty piece still
+  // has an address of its own).
+  template <class T>
+  T* take(std::size_t count) {
+    return static_cast<T*>(take_bytes(count * sizeof(T)));
+  }
+  void* take_bytes(std::size_t bytes) {
+    char* at = base_ != nullptr ? base_ + used_ : nullptr;
+    used_ += round_up(bytes);
+    return at;
+  }
+
+  std::size_t bytes() const { return used_; }
+  static std::size_t round_up(std::size_t bytes) { return (bytes == 0 ? 1 : (bytes + kAlign - 1) / kAlign) * kAlign; }
+
+ private:
+  char* base_ = nullptr;
+  std::size_t used_ = 0;
+};
+
+}  // namespace msa::cuda

@@ -1,0 +1,421 @@
+// The device k2q planner's kernels, in launch order (build_k2q_device, k2q_device.cu, the one
+// file that includes this):
+//
+//   1. row map     one CTA per level l: rows of level l start at sum_b min(rows_b, l) and are
+//                  numbered request-minor by a block scan of (rows_b > l); one extra CTA scans
+//                  the per-request unit counts (unit_start) and sums total_rows.
+//   2. count       one warp per (unit, kv head): a unit is <= q_per_unit consecutive queries of
+//                  one request; it counts its edges per block in a shared-memory histogram and
+//                  writes split_counts.
+//   3. unit prefix one CTA per (kv head, request, 32 levels): exclusive prefix of the
+//                  per-unit counts along the request's units (in place; each warp a chunk of
+//                  units, lanes = levels, so every access is a coalesced row of counts), and
+//                  the row's (edges, work items).
+//      flat scan   cub::DeviceScan over [h_kv, max_rows + 1] (edges, items) pairs (launched by
+//                  build_k2q_device).
+//      finalize    row_ptr (the flat scan minus the head's base) and work_count; then one
+//                  thread per work slot writes its WorkItem (binary search over the scan).
+//   4. scatter     the count warps again: per-block cursors = row_ptr + unit prefix, qsplit
+//                  placed in query order (lane order within a pass) with no global atomics, so
+//                  every row is q-ascending exactly as the host's sequential writer leaves it.
+//   5. finish      q_indices = qsplit::query(qsplit) (coalesced), -1 after each head's last edge.
+//
+// Per query the selection is the set of ids in [0, rows_b) and a kept id's slot is the number
+// of kept ids below it: a warp holds 32 / K' queries (K' = next power of two >= topk), one id
+// per lane, and both facts come from K' segment shuffles.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "core/plan_encoding.h"
+#include "cuda/plan/k2q_params.h"
+
+namespace msa::cuda::k2q {
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+// Row totals (K2qRowTotal): items never carry, their total is <= work_capacity < 2^31. The
+// edges half may wrap mod 2^32 across heads, which is harmless: a head's row_ptr is the
+// difference from the head's base mod 2^32, exact because a head has < 2^31 edges.
+__device__ __forceinline__ K2qRowTotal row_total(unsigned edges, unsigned items) {
+  return (static_cast<K2qRowTotal>(edges) << 32) | items;
+}
+__device__ __forceinline__ unsigned total_edges(K2qRowTotal t) { return static_cast<unsigned>(t >> 32); }
+__device__ __forceinline__ unsigned total_items(K2qRowTotal t) { return static_cast<unsigned>(t); }
+
+// ---- per-request geometry (inputs clamped so that nothing reads or writes out of bounds) ----
+
+__device__ __forceinline__ int request_blocks(const BuildParams& p, int b) {
+  const int kl = max(p.k_len[b], 0);
+  return min(kl / kBlockSize + (kl % kBlockSize != 0 ? 1 : 0), p.max_blocks);
+}
+
+struct QueryRange {
+  int begin;
+  int end;
+};
+
+__device__ __forceinline__ QueryRange request_queries(const BuildParams& p, int b) {
+  const int begin = min(max(p.cu_seqlens_q[b], 0), p.total_q);
+  const int end = min(max(p.cu_seqlens_q[b + 1], begin), p.total_q);
+  return QueryRange{begin, end};
+}
+
+// ---- stage 1: row map and units -------------------------------------------------------------
+
+template <class Scan, class Reduce>
+union MapTemp {
+  typename Scan::TempStorage scan;
+  typename Reduce::TempStorage reduce;
+};
+
+__global__ void __launch_bounds__(kMapThreads) k2q_row_map_kernel(const BuildParams p) {
+  using Scan = cub::BlockScan<int, kMapThreads>;
+  using Reduce = cub::BlockReduce<int, kMapThreads>;
+  __shared__ MapTemp<Scan, Reduce> tmp;
+  __shared__ int s_level_start;
+  const int tid = threadIdx.x;
+  const int level = blockIdx.x;
+
+  if (level == p.max_blocks) {
+    // The extra CTA: unit_start = exclusive scan of ceil(q_len / q_per_unit); total_rows.
+    int carry = 0;
+    int rows_part = 0;
+    for (int base = 0; base < p.batch; base += kMapThreads) {
+      const int b = base + tid;
+      int units = 0;
+      if (b < p.batch) {
+        const QueryRange r = request_queries(p, b);
+        units = (r.end - r.begin + p.q_per_unit - 1) / p.q_per_unit;
+        rows_part += request_blocks(p, b);
+      }
+      int ex = 0, agg = 0;
+      Scan(tmp.scan).ExclusiveSum(units, ex, agg);
+      if (b < p.batch) p.unit_start[b] = min(carry + ex, p.max_units);
+      carry += agg;
+      __syncthreads();  // tmp is reused by the next iteration
+    }
+    const int rows = Reduce(tmp.reduce).Sum(rows_part);
+    if (tid == 0) {
+      p.unit_start[p.batch] = min(carry, p.max_units);
+      *p.total_rows = rows;
+    }
+    return;
+  }
+
+  // Rows of the levels below this one: sum_b min(rows_b, level).
+  int part = 0;
+  for (int b = tid; b < p.batch; b += kMapThreads) part += min(request_blocks(p, b), level);
+  const int start = Reduce(tmp.reduce).Sum(part);
+  if (tid == 0) s_level_start = start;
+  __syncthreads();
+  int carry = s_level_start;
+  for (int base = 0; base < p.batch; base += kMapThreads) {
+    const int b = base + tid;
+    const int has = (b < p.batch && request_blocks(p, b) > level) ? 1 : 0;
+    int ex = 0, agg = 0;
+    Scan(tmp.scan).ExclusiveSum(has, ex, agg);
+    if (has) {
+      const int row = carry + ex;
+      p.row_coords[2 * static_cast<std::int64_t>(row)] = b;
+      p.row_coords[2 * static_cast<std::int64_t>(row) + 1] = level;
+      p.row_of[static_cast<std::int64_t>(b) * p.max_blocks + level] = row;
+    }
+    carry += agg;
+    __syncthreads();
+  }
+}
+
+// ---- shared by the count and scatter warps --------------------------------------------------
+
+struct Unit {
+  int b;
+  int q_request;  // the request's first packed query (q_local = q - q_request)
+  int q_begin;    // this unit's packed queries [q_begin, q_end)
+  int q_end;
+  int blocks;  // rows_b
+};
+
+// The request owning unit u (< unit_start[batch]): the last b with unit_start[b] <= u.
+__device__ __forceinline__ Unit locate_unit(const BuildParams& p, int u) {
+  int lo = 0, hi = p.batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (p.unit_start[mid] <= u)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const QueryRange r = request_queries(p, lo);
+  Unit unit;
+  unit.b = lo;
+  unit.q_request = r.begin;
+  unit.q_begin = r.begin + (u - p.unit_start[lo]) * p.q_per_unit;
+  unit.q_end = min(unit.q_begin + p.q_per_unit, r.end);
+  unit.blocks = request_blocks(p, lo);
+  return unit;
+}
+
+// One lane's view of a pass: lane = (query segment, slot).
+struct PassLane {
+  int q;          // packed query of this lane's segment
+  int id;         // the raw id (meaningful when keep)
+  int slot;       // rank of id among the query's kept ids (meaningful when keep)
+  int count;      // kept ids of the query (same in every lane of the segment)
+  bool keep;      // in-range id, first occurrence in its row
+  bool seg_head;  // slot lane 0 of a real query: writes split_counts
+};
+
+// Whether (query q, KV head h) is routed to the tile-union kernel (PrefillPath::kAuto).
+__device__ __forceinline__ bool routed_row(const BuildParams& p, int h, int q) {
+  return p.union_tile != nullptr &&
+         p.union_tile[static_cast<std::int64_t>(h) * p.route_per_head + q / p.route_q_per_tile] != 0;
+}
+
+// This lane's raw id of the pass starting at query q0 (-1 outside the unit or the row, and
+// for a routed row, which has no edge here).
+__device__ __forceinline__ int load_pass_id(const BuildParams& p, const std::int32_t* g_topk_head, int h, int q0,
+                                            int q_end, int lane) {
+  const int q = q0 + (lane >> p.log_topk_pow2);
+  const int s = lane & (p.topk_pow2 - 1);
+  return q < q_end && s < p.topk && !routed_row(p, h, q)
+             ? __ldg(g_topk_head + static_cast<std::int64_t>(q) * p.stride_topk_token + s)
+             : -1;
+}
+
+__device__ __forceinline__ PassLane analyse_pass(const BuildParams& p, int id, int q0, int q_end, int blocks,
+                                                 int lane) {
+  const int kp = p.topk_pow2;
+  const int seg = lane >> p.log_topk_pow2;
+  const int s = lane & (kp - 1);
+  PassLane e;
+  e.q = q0 + seg;
+  e.id = id;
+  const bool valid = e.q < q_end && s < p.topk && id >= 0 && id < blocks;
+  // First occurrence: no lower slot of the segment holds the same valid id.
+  const int key = valid ? id : INT_MAX;
+  bool dup = false;
+  for (int j = 0; j < kp; ++j) {
+    const int other = __shfl_sync(kFullMask, key, j, kp);
+    dup |= (j < s) && (other == key);
+  }
+  e.keep = valid && !dup;
+  // Slot: kept ids of the segment below this one (kept ids are distinct).
+  const int kept_key = e.keep ? id : INT_MAX;
+  int slot = 0;
+  for (int j = 0; j < kp; ++j) slot += __shfl_sync(kFullMask, kept_key, j, kp) < kept_key ? 1 : 0;
+  e.slot = slot;
+  const unsigned seg_mask = kp == 32 ? kFullMask : ((1u << kp) - 1u) << (seg << p.log_topk_pow2);
+  e.count = __popc(__ballot_sync(kFullMask, e.keep) & seg_mask);
+  e.seg_head = s == 0 && e.q < q_end;
+  return e;
+}
+
+// ---- stage 2: per-unit histograms -----------------------------------------------------------
+
+__global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_count_kernel(const BuildParams p) {
+  extern __shared__ int s_unit[];  // [unit_warps, max_blocks]
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int h = blockIdx.y;
+  const int u = blockIdx.x * p.unit_warps + warp;
+  if (u >= p.unit_start[p.batch]) return;  // warp-uniform; no CTA barrier below
+  const Unit unit = locate_unit(p, u);
+  int* s_hist = s_unit + static_cast<std::int64_t>(warp) * p.max_blocks;
+  for (int l = lane; l < unit.blocks; l += 32) s_hist[l] = 0;
+  __syncwarp();
+
+  const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
+  const int q_per_pass = 32 >> p.log_topk_pow2;
+  for (int q_batch = unit.q_begin; q_batch < unit.q_end; q_batch += kPassBatch * q_per_pass) {
+    int ids[kPassBatch];  // loads of kPassBatch passes in flight together
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k)
+      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, unit.q_end, lane);
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k) {
+      const int q0 = q_batch + k * q_per_pass;
+      if (q0 >= unit.q_end) break;  // warp-uniform
+      const PassLane e = analyse_pass(p, ids[k], q0, unit.q_end, unit.blocks, lane);
+      if (e.keep) atomicAdd(&s_hist[e.id], 1);
+      if (e.seg_head) p.split_counts[static_cast<std::int64_t>(e.q) * p.h_kv + h] = routed_row(p, h, e.q) ? 1 : e.count;
+    }
+  }
+  __syncwarp();  // shared-memory atomics visible to every lane
+
+  std::int32_t* g_counts = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
+  for (int l = lane; l < unit.blocks; l += 32) g_counts[l] = s_hist[l];
+}
+
+// ---- stage 3: per-row unit prefix and totals --------------------------------------------------
+
+__global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(const BuildParams p) {
+  __shared__ int s_chunk_sum[kPrefixWarps][32];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int b = blockIdx.x / p.level_tiles;
+  const int tile = blockIdx.x - b * p.level_tiles;
+  const int h = blockIdx.y;
+  const int blocks = request_blocks(p, b);
+  if (tile * kLevelsPerTile >= blocks) return;  // CTA-uniform
+  const int level = tile * kLevelsPerTile + lane;
+  const bool live = level < blocks;
+  // Warp w owns a contiguous chunk of the request's units.
+  const int u_begin = p.unit_start[b];
+  const int units = p.unit_start[b + 1] - u_begin;
+  const int chunk = (units + kPrefixWarps - 1) / kPrefixWarps;
+  const int my_begin = u_begin + min(warp * chunk, units);
+  const int my_end = u_begin + min((warp + 1) * chunk, units);
+  std::int32_t* g_col = p.unit_counts + static_cast<std::int64_t>(h) * p.max_units * p.max_blocks + level;
+  const std::int64_t stride = p.max_blocks;
+
+  // Pass 1: the chunk's sum per level.
+  int sum = 0;
+  if (live) {
+    for (int u0 = my_begin; u0 < my_end; u0 += kPrefixBatch) {
+      int v[kPrefixBatch];
+#pragma unroll
+      for (int k = 0; k < kPrefixBatch; ++k) v[k] = u0 + k < my_end ? g_col[(u0 + k) * stride] : 0;
+#pragma unroll
+      for (int k = 0; k < kPrefixBatch; ++k) sum += v[k];
+    }
+  }
+  s_chunk_sum[warp][lane] = sum;
+  __syncthreads();
+  int run = 0, total = 0;
+  for (int w = 0; w < kPrefixWarps; ++w) {
+    const int c = s_chunk_sum[w][lane];
+    run += w < warp ? c : 0;
+    total += c;
+  }
+  // Pass 2: exclusive prefix in place, ascending units.
+  if (live) {
+    for (int u0 = my_begin; u0 < my_end; u0 += kPrefixBatch) {
+      int v[kPrefixBatch];
+#pragma unroll
+      for (int k = 0; k < kPrefixBatch; ++k) v[k] = u0 + k < my_end ? g_col[(u0 + k) * stride] : 0;
+#pragma unroll
+      for (int k = 0; k < kPrefixBatch; ++k) {
+        if (u0 + k < my_end) g_col[(u0 + k) * stride] = run;
+        run += v[k];
+      }
+    }
+  }
+  if (warp == 0 && live) {
+    const int row = p.row_of[static_cast<std::int64_t>(b) * p.max_blocks + level];
+    const unsigned edges = static_cast<unsigned>(total);
+    const unsigned items = (edges + static_cast<unsigned>(p.q_per_item) - 1u) / static_cast<unsigned>(p.q_per_item);
+    p.row_totals[static_cast<std::int64_t>(h) * (p.max_rows + 1) + row] = row_total(edges, items);
+  }
+}
+
+// ---- stage 3b: row_ptr, work_count; work items --------------------------------------------
+
+__global__ void __launch_bounds__(kFinalizeThreads) k2q_finalize_kernel(const BuildParams p) {
+  const std::int64_t stride = static_cast<std::int64_t>(p.max_rows) + 1;
+  const std::int64_t n = stride * p.h_kv;
+  const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * kFinalizeThreads + threadIdx.x;
+  if (idx >= n) return;
+  const int h = static_cast<int>(idx / stride);
+  p.row_ptr[idx] = static_cast<int>(total_edges(p.row_scan[idx]) - total_edges(p.row_scan[h * stride]));
+  if (idx == n - 1)  // the last entry is a zero padding row: its exclusive value is the total
+    *p.work_count = static_cast<int>(min(total_items(p.row_scan[idx]), static_cast<unsigned>(p.work_capacity)));
+}
+
+// One thread per work slot: the row whose items cover slot w is the last entry whose
+// exclusive item count is <= w (rows without items share the next row's value).
+__global__ void __launch_bounds__(kFinalizeThreads) k2q_items_kernel(const BuildParams p) {
+  const std::int64_t stride = static_cast<std::int64_t>(p.max_rows) + 1;
+  const std::int64_t n = stride * p.h_kv;
+  const unsigned w = blockIdx.x * kFinalizeThreads + threadIdx.x;
+  const unsigned count = min(total_items(p.row_scan[n - 1]), static_cast<unsigned>(p.work_capacity));
+  if (w >= count) return;
+  std::int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi + 1) >> 1;
+    if (total_items(p.row_scan[mid]) <= w)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int h = static_cast<int>(lo / stride);
+  const int row = static_cast<int>(lo - h * stride);
+  const K2qRowTotal ex = p.row_scan[lo];
+  const int row_begin = static_cast<int>(total_edges(ex) - total_edges(p.row_scan[h * stride]));
+  const int edges = static_cast<int>(total_edges(p.row_totals[lo]));
+  const int first = static_cast<int>(w - total_items(ex)) * p.q_per_item;
+  const std::int32_t* coords = p.row_coords + 2 * static_cast<std::int64_t>(row);  // (b, block)
+  p.work[w] = WorkItem{h, row, row_begin + first, min(p.q_per_item, edges - first), coords[0], coords[1]};
+}
+
+// ---- stage 4: scatter -----------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_scatter_kernel(const BuildParams p) {
+  extern __shared__ int s_unit[];  // [unit_warps, max_blocks] write cursors
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int h = blockIdx.y;
+  const int u = blockIdx.x * p.unit_warps + warp;
+  if (u >= p.unit_start[p.batch]) return;
+  const Unit unit = locate_unit(p, u);
+  int* s_cursor = s_unit + static_cast<std::int64_t>(warp) * p.max_blocks;
+  const std::int32_t* g_row_of = p.row_of + static_cast<std::int64_t>(unit.b) * p.max_blocks;
+  const std::int32_t* g_row_ptr = p.row_ptr + static_cast<std::int64_t>(h) * (p.max_rows + 1);
+  const std::int32_t* g_prefix = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
+  for (int l = lane; l < unit.blocks; l += 32) s_cursor[l] = g_row_ptr[g_row_of[l]] + g_prefix[l];
+  __syncwarp();
+
+  const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
+  std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int q_per_pass = 32 >> p.log_topk_pow2;
+  for (int q_batch = unit.q_begin; q_batch < unit.q_end; q_batch += kPassBatch * q_per_pass) {
+    int ids[kPassBatch];
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k)
+      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, unit.q_end, lane);
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k) {
+      const int q0 = q_batch + k * q_per_pass;
+      if (q0 >= unit.q_end) break;  // warp-uniform
+      const PassLane e = analyse_pass(p, ids[k], q0, unit.q_end, unit.blocks, lane);
+      // Lanes of this pass that hit the same block take consecutive places in lane order, which
+      // is query order; a lane that keeps nothing matches only itself.
+      const unsigned peers = __match_any_sync(kFullMask, e.keep ? e.id : -1 - lane);
+      const int rank = __popc(peers & lanes_below);
+      const int base = e.keep ? s_cursor[e.id] : 0;
+      __syncwarp();  // every peer has read the cursor before the leader moves it
+      if (e.keep && rank == 0) s_cursor[e.id] = base + __popc(peers);
+      __syncwarp();
+      const int pos = base + rank;
+      // Only qsplit is scattered; the finish pass derives q_indices from it, coalesced.
+      if (e.keep && pos >= 0 && pos < p.edges_per_head) {
+        g_qsplit[pos] = qsplit::encode(e.q - unit.q_request, e.slot);
+      }
+    }
+  }
+}
+
+// ---- stage 5: q_indices and the -1 tail --------------------------------------------------------
+
+__global__ void __launch_bounds__(kTailThreads) k2q_finish_kernel(const BuildParams p) {
+  const int h = blockIdx.y;
+  const std::int64_t stride = static_cast<std::int64_t>(p.max_rows) + 1;
+  const int used = min(max(p.row_ptr[h * stride + p.max_rows], 0), p.edges_per_head);
+  std::int32_t* g_q_indices = p.q_indices + static_cast<std::int64_t>(h) * p.edges_per_head;
+  std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kTailThreads + threadIdx.x; i < p.edges_per_head;
+       i += static_cast<std::int64_t>(gridDim.x) * kTailThreads) {
+    if (i < used) {
+      g_q_indices[i] = qsplit::query(g_qsplit[i]);
+    } else {
+      g_q_indices[i] = -1;
+      g_qsplit[i] = qsplit::kUnused;
+    }
+  }
+}
+
+}  // namespace msa::cuda::k2q

@@ -1,0 +1,56 @@
+// The keys of a query tile's top-k entries, shared by the planner's routing
+// (cuda/plan/tile_route.cu, which counts them) and the tile-union kernel's builders
+// (prefill/sm90/tile_union/builder.cuh, which build the union list from them), so that both
+// see the same union.
+//
+// A tile is queries [q0, q0 + nq) of one KV head and may span requests. Each request of the
+// tile is a segment numbered by its first query's offset in the tile (0 for the request
+// holding q0), and an entry's key is union_key::of_id(segment, id, blocks of the request):
+// keys of different requests never collide, ids outside [0, blocks) are kNone.
+#pragma once
+
+#include <cstdint>
+
+#include "core/plan_encoding.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
+
+namespace msa::cuda {
+
+struct TileQuery {
+  int b;        // request
+  int segment;  // its segment in the tile, 0..15
+  int k_len;    // max(k_len[b], 0)
+  int blocks;   // ceil(k_len / 128)
+  int pos;      // position of the query in its request (bottom-right causal)
+};
+
+// The request holding packed query q: the last b in [b_first, batch) with cu_seqlens_q[b] <= q
+// (b_first: any request at or before it, 0 when unknown).
+__device__ __forceinline__ int request_of_query(const std::int32_t* cu_seqlens_q, int batch, std::int64_t q,
+                                                int b_first) {
+  int lo = b_first, hi = batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (cu_seqlens_q[mid] <= q)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ TileQuery locate_tile_query(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len,
+                                                       int batch, std::int64_t q0, std::int64_t q, int b_first) {
+  TileQuery t;
+  t.b = request_of_query(cu_seqlens_q, batch, q, b_first);
+  const std::int64_t start = cu_seqlens_q[t.b];
+  // Clamped for batches that break the contract (cu_seqlens_q changed on the device since plan()):
+  // results are then unspecified, but every segment stays a valid index of a 16-entry table.
+  t.segment = static_cast<int>(min(start > q0 ? start - q0 : std::int64_t(0), std::int64_t(kTileUnionMaxQueries - 1)));
+  t.k_len = max(k_len[t.b], 0);
+  t.blocks = (t.k_len + kBlockSize - 1) / kBlockSize;
+  t.pos = static_cast<int>(t.k_len - (cu_seqlens_q[t.b + 1] - start) + (q - start));
+  return t;
+}
+
+}  // namespace msa::cuda
