@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/tile_route.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
 
 namespace msa::bench {
 
@@ -12,7 +13,7 @@ double union_tile_share(const Workload& w) {
   const std::vector<std::uint8_t> route = route_tiles_host(
       w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
       static_cast<int>(w.spec.requests.size()), s.h_kv, w.total_q, s.topk,
-      union_queries_per_tile(s.group()));
+      cuda::tile_union_queries_per_tile(s.group()));
   if (route.empty()) return 0.0;
   return static_cast<double>(std::count(route.begin(), route.end(), 1)) / static_cast<double>(route.size());
 }

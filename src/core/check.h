@@ -13,6 +13,14 @@
     if (!(cond)) throw ::msa::Error((argument), (value), (message)); \
   } while (0)
 
+// An invariant the operator layer established before calling a launcher (launchers assert,
+// they do not validate): a failure is a bug of the library, reported as an msa::Error naming
+// the condition rather than a kernel reading out of bounds.
+#define MSA_ASSERT(cond)                                                                  \
+  do {                                                                                    \
+    if (!(cond)) throw ::msa::Error("internal", #cond, "invariant broken (" __FILE__ ")"); \
+  } while (0)
+
 namespace msa {
 
 std::string to_string(DType t);

@@ -1,5 +1,5 @@
 // Backend interfaces behind the public operator objects. Each backend implements them
-// (src/cpu/backend.cpp, src/cuda/backend.cu); core/dispatch.cpp is the one place that picks.
+// (src/cpu/backend.cpp, src/cuda/api/); core/dispatch.cpp is the one place that picks.
 #pragma once
 
 #include <cstddef>

@@ -10,15 +10,10 @@
 namespace msa {
 
 // Tiles are those of the tile-union kernel: q_per_tile consecutive packed queries of one KV
-// head (a tile may span requests), numbered head-major: tile = kv_head * tiles_per_head +
+// head (a tile may span requests; q_per_tile is the kernel's, cuda/prefill/sm90/tile_union/
+// geometry.h), numbered head-major: tile = kv_head * tiles_per_head +
 // q / q_per_tile. A tile's union is its set of distinct (request, valid block id) pairs; its
 // edges are the distinct valid ids of its (query, KV head) rows, summed.
-// The tile-union kernel's tile for a GQA group: q_per_tile queries x G heads fill its 128-row
-// M tile, at most 16 queries (the bound of its union list's membership masks).
-constexpr int union_queries_per_tile(int group) {
-  return group >= 128 ? 1 : group <= 8 ? 16 : 128 / group;
-}
-
 constexpr std::int64_t tiles_per_head(std::int64_t total_q, int q_per_tile) {
   return (total_q + q_per_tile - 1) / q_per_tile;
 }

@@ -307,8 +307,8 @@ void validate_combine(const AttentionShape& shape, const CombineArgs& args, Devi
   const TensorView& op = args.o_partial;
   check_present(op, "o_partial");
   check_device(op, "o_partial", device);
-  MSA_REQUIRE(op.dtype == DType::kFP32 || op.dtype == DType::kBF16, "o_partial.dtype",
-              to_string(op.dtype), "expected fp32 or bf16");
+  MSA_REQUIRE(op.dtype == DType::kFP32 || op.dtype == DType::kBF16 || op.dtype == DType::kFP16, "o_partial.dtype",
+              to_string(op.dtype), "expected fp32, bf16 or fp16");
   check_rank(op, "o_partial", 4);
   const std::int64_t total_q = op.dim(1);
   check_shape(op, "o_partial", {shape.topk, total_q, shape.h_q, shape.d});

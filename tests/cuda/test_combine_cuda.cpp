@@ -1,6 +1,7 @@
 // The CUDA combine kernel against msa::cpu::combine (and an FP64 recomputation of spec §3)
-// on random bf16 partials with -inf slots, n = 0 rows, all -inf rows, NaN / +inf LSEs and
-// sinks; bf16 and fp16 outputs, strided out, d = 64 / 128 / 256; bitwise-identical reruns.
+// on random bf16 and fp16 partials (the built instances) with -inf slots, n = 0 rows, all -inf
+// rows, NaN / +inf LSEs and sinks; bf16 and fp16 outputs, strided out, d = 64 / 128 / 256;
+// bitwise-identical reruns.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include "bench/workload.h"
 #include "core/half.h"
 #include "cpu/reference.h"
+#include "cuda/api/dispatch.h"
 #include "cuda/combine/launch.h"
 #include "msa/msa.h"
 
@@ -28,6 +30,13 @@ using msa::bench::HostTensor;
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The combine instance for (partial dtype, d), through the operator layer's one dispatch.
+void launch(const msa::cuda::CombineParams& p, msa::DType partial, int d, cudaStream_t stream, bool programmatic) {
+  msa::cuda::dispatch_combine(partial, d, [&]<msa::DType kDtype, int kHeadDim>() {
+    msa::cuda::launch_combine<kDtype, kHeadDim>(p, stream, programmatic);
+  });
+}
 
 struct CombineCase {
   std::string name;
@@ -40,12 +49,13 @@ struct CombineCase {
   bool fp16_out = false;
   int out_head_pad = 0;  // out is [total_q, h_q, d + pad] viewed as [total_q, h_q, d]
   std::uint64_t seed = 1;
+  msa::DType partial = msa::DType::kBF16;  // o_partial dtype (the instance)
 };
 // Test names in CTest and gtest output: the case name, not the struct bytes.
 void PrintTo(const CombineCase& c, std::ostream* os) { *os << c.name; }
 
 struct CombineInputs {
-  HostTensor o_partial;     // [topk, total_q, h_q, d] bf16
+  HostTensor o_partial;     // [topk, total_q, h_q, d] bf16 | fp16
   HostTensor lse_partial;   // [topk, total_q, h_q] fp32
   HostTensor split_counts;  // [total_q, h_kv] int32
   HostTensor sinks;         // [h_q] fp32 (when the case has sinks)
@@ -56,7 +66,7 @@ CombineInputs make_inputs(const CombineCase& c) {
   std::mt19937_64 rng(c.seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   std::uniform_real_distribution<float> uniform(0.f, 1.f);
-  in.o_partial = HostTensor(msa::DType::kBF16, {c.topk, c.total_q, c.h_q, c.d});
+  in.o_partial = HostTensor(c.partial, {c.topk, c.total_q, c.h_q, c.d});
   for (std::int64_t i = 0; i < in.o_partial.numel(); ++i) in.o_partial.set(i, normal(rng) * 0.5f);
   in.lse_partial = HostTensor(msa::DType::kFP32, {c.topk, c.total_q, c.h_q});
   auto* lse = in.lse_partial.data<float>();
@@ -163,13 +173,12 @@ void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, G
   p.total_q = c.total_q;
   p.h_q = c.h_q;
   p.group = c.h_q / c.h_kv;
-  p.d = c.d;
   p.topk = c.topk;
   p.out_fp16 = c.fp16_out;
   CUDA_OK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  msa::cuda::launch_combine(p, stream, programmatic);
+  launch(p, c.partial, c.d, stream, programmatic);
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaStreamDestroy(stream));
   r.out.resize(out_elems);
@@ -180,8 +189,16 @@ void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, G
 
 float half_to_float(std::uint16_t v, bool fp16) { return fp16 ? msa::fp16_to_float(v) : msa::bf16_to_float(v); }
 
+bool built(msa::DType partial) {
+  bool found = false;
+#define MSA_BUILT(DT, D) found = found || msa::DType::DT == partial;
+  MSA_COMBINE_INSTANCES(MSA_BUILT)
+#undef MSA_BUILT
+  return found;
+}
+
 std::vector<CombineCase> cases() {
-  return {
+  std::vector<CombineCase> all = {
       {"g16_bf16", 300, 64, 4, 16, 128, false, false, 0, 1},
       {"g16_sinks", 257, 64, 4, 16, 128, true, false, 0, 2},
       {"g1_k32", 129, 8, 8, 32, 128, false, false, 8, 3},
@@ -189,7 +206,11 @@ std::vector<CombineCase> cases() {
       {"k5_d64", 211, 12, 3, 5, 64, true, false, 0, 5},
       {"k7_d256_strided", 90, 6, 2, 7, 256, false, false, 16, 6},
       {"odd_heads", 333, 3, 1, 16, 128, true, false, 0, 7},
+      {"fp16_partials_g16_sinks", 257, 64, 4, 16, 128, true, true, 0, 8, msa::DType::kFP16},
+      {"fp16_partials_k5_d64_bf16_out", 211, 12, 3, 5, 64, true, false, 0, 9, msa::DType::kFP16},
   };
+  std::erase_if(all, [](const CombineCase& c) { return !built(c.partial); });
+  return all;
 }
 
 class CombineCuda : public ::testing::TestWithParam<CombineCase> {};
@@ -270,19 +291,17 @@ TEST(CombineCudaErrors, RejectsUnsupported) {
   p.total_q = 1;
   p.h_q = 4;
   p.group = 1;
-  p.d = 128;
   p.topk = 33;
-  EXPECT_THROW(msa::cuda::launch_combine(p, nullptr), msa::Error);
+  EXPECT_THROW(launch(p, msa::DType::kBF16, 128, nullptr, false), msa::Error);
   p.topk = 4;
-  p.d = 96;
-  EXPECT_THROW(msa::cuda::launch_combine(p, nullptr), msa::Error);
-  p.d = 128;
+  EXPECT_THROW(launch(p, msa::DType::kBF16, 96, nullptr, false), msa::Error);
+  EXPECT_THROW(launch(p, msa::DType::kFP32, 128, nullptr, false), msa::Error);
   p.group = 3;
-  EXPECT_THROW(msa::cuda::launch_combine(p, nullptr), msa::Error);
+  EXPECT_THROW(launch(p, msa::DType::kBF16, 128, nullptr, false), msa::Error);
   p.group = 1;
   p.stride_out_head = 130;
   p.stride_out_token = 4 * 130;
-  EXPECT_THROW(msa::cuda::launch_combine(p, nullptr), msa::Error);
+  EXPECT_THROW(launch(p, msa::DType::kBF16, 128, nullptr, false), msa::Error);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // run() captured in a CUDA graph giving the same bytes. Paged cases hold NaN in every cache
 // slot past a request's k_len (its last page's tail), which no result may depend on. Every case
 // runs block-major and tile-union; some also on PrefillPath::kAuto, one of them (_mixed) with
-// tiles routed to both kernels in one call.
+// tiles routed to both kernels in one call. Every case runs in each dtype of the build.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -19,7 +19,8 @@
 #include "bench/compare.h"
 #include "bench/workload.h"
 #include "core/tile_route.h"
-#include "cuda/prefill/union_sm90/launch.h"
+#include "cuda/instances.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
 #include "tests/support/device_tensor.h"
@@ -100,6 +101,18 @@ std::vector<Case> cases() {
       c.push_back(a);
     }
   }
+  // Every case again in fp16 when this build holds the fp16 instances (MSA_CUDA_DTYPES).
+  bool fp16_built = false;
+#define MSA_BUILT(DT, D) fp16_built = fp16_built || msa::DType::DT == msa::DType::kFP16;
+  MSA_PREFILL_INSTANCES(MSA_BUILT)
+#undef MSA_BUILT
+  const std::size_t bf16_cases = c.size();
+  for (std::size_t i = 0; fp16_built && i < bf16_cases; ++i) {
+    Case h = c[i];
+    h.name += "_fp16";
+    h.spec.dtype = msa::DType::kFP16;
+    c.push_back(h);
+  }
   return c;
 }
 
@@ -134,14 +147,15 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
     const std::vector<std::uint8_t> route = msa::route_tiles_host(
         w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
         static_cast<int>(c.spec.requests.size()), s.h_kv, w.total_q, s.topk,
-        msa::cuda::union_sm90_queries_per_tile(s.group()));
+        msa::cuda::tile_union_queries_per_tile(s.group()));
     const auto union_tiles = std::count(route.begin(), route.end(), 1);
     EXPECT_GT(union_tiles, 0) << c.name;
     EXPECT_LT(union_tiles, static_cast<std::ptrdiff_t>(route.size())) << c.name;
   }
 
   // FP64 oracle on the CPU.
-  HostTensor ref_out(msa::DType::kBF16, {w.total_q, s.h_q, s.d}), ref_lse(msa::DType::kFP32, {w.total_q, s.h_q});
+  const msa::DType dtype = c.spec.dtype;
+  HostTensor ref_out(dtype, {w.total_q, s.h_q, s.d}), ref_lse(msa::DType::kFP32, {w.total_q, s.h_q});
   msa::cpu::sparse_prefill_gather(s, w.prefill_args(ref_out, ref_lse));
 
   // The same inputs on the device (strides kept, e.g. token-major pages).
@@ -150,7 +164,7 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   DeviceTensor pt = c.spec.page_size > 0 ? DeviceTensor(w.page_table) : DeviceTensor();
   DeviceTensor cuk = c.spec.page_size > 0 ? DeviceTensor() : DeviceTensor(w.cu_seqlens_k);
   DeviceTensor sinks = c.spec.sinks ? DeviceTensor(w.sinks) : DeviceTensor();
-  HostTensor out(msa::DType::kBF16, {w.total_q, s.h_q, s.d}), lse(msa::DType::kFP32, {w.total_q, s.h_q});
+  HostTensor out(dtype, {w.total_q, s.h_q, s.d}), lse(msa::DType::kFP32, {w.total_q, s.h_q});
   out.fill(std::nanf(""));  // poison: every element must be written
   lse.fill(std::nanf(""));
   DeviceTensor d_out(out), d_lse(lse);
@@ -189,7 +203,7 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   EXPECT_TRUE(r_lse.ok) << c.name << " lse: " << r_lse.summary();
 
   // Bitwise reproducibility: plan + run again, captured in a CUDA graph this time.
-  HostTensor out2(msa::DType::kBF16, {w.total_q, s.h_q, s.d}), lse2(msa::DType::kFP32, {w.total_q, s.h_q});
+  HostTensor out2(dtype, {w.total_q, s.h_q, s.d}), lse2(msa::DType::kFP32, {w.total_q, s.h_q});
   CUDA_OK(cudaMemset(d_out.ptr, 0xff, out.bytes()));
   CUDA_OK(cudaMemset(d_lse.ptr, 0xff, lse.bytes()));
   cudaGraph_t graph;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "msa/tensor.h"
+
 namespace msa::cuda {
 
 // One dimension of a tensor map, innermost first: `size` elements, `stride_bytes` between
@@ -21,10 +23,10 @@ struct TensorMapDim {
   std::uint32_t box;
 };
 
-// Encodes a tiled tensor map of bf16 elements (rank 1..5) at `base` with SWIZZLE_128B and
-// zero fill out of bounds. `what` names the tensor in the msa::Error thrown when the driver
-// rejects it (alignment, strides, box).
-CUtensorMap make_tensor_map_bf16(const void* base, const TensorMapDim* dims, int rank,
-                                 const std::string& what);
+// Encodes a tiled tensor map of 16-bit elements (`dtype` bf16 or fp16; rank 1..5) at `base`
+// with SWIZZLE_128B and zero fill out of bounds. `what` names the tensor in the msa::Error
+// thrown when the driver rejects it (alignment, strides, box).
+CUtensorMap make_tensor_map_16bit(const void* base, DType dtype, const TensorMapDim* dims, int rank,
+                                  const std::string& what);
 
 }  // namespace msa::cuda

@@ -1,0 +1,32 @@
+#include "cuda/api/device.h"
+
+#include <cuda_runtime.h>
+
+#include "core/impl.h"
+#include "cuda/common/check.h"
+
+namespace msa::cuda {
+
+bool device_present() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no device" error
+    return false;
+  }
+  return count > 0;
+}
+
+int current_sm_count() {
+  int device = 0, sms = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// Operators the CUDA backend does not implement yet: dispatch reports them as unsupported
+// (never a silent CPU fallback).
+std::unique_ptr<SparseDecode::Impl> make_decode() { return nullptr; }
+std::unique_ptr<Indexer::Impl> make_indexer() { return nullptr; }
+std::unique_ptr<TopK::Impl> make_topk() { return nullptr; }
+
+}  // namespace msa::cuda

@@ -1,0 +1,323 @@
+// The CUDA sparse prefill operator: validates once, plans on the device (tile routing and the
+// k2q plan), and runs the two sm_90a kernels and the combine through the one (dtype, head dim)
+// dispatch. Launchers only assert.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/batch.h"
+#include "core/check.h"
+#include "core/impl.h"
+#include "core/plan_inputs.h"
+#include "core/validate.h"
+#include "cuda/api/device.h"
+#include "cuda/api/dispatch.h"
+#include "cuda/api/host_mirrors.h"
+#include "cuda/api/prefill_params.h"
+#include "cuda/api/prefill_workspace.h"
+#include "cuda/combine/launch.h"
+#include "cuda/common/check.h"
+#include "cuda/plan/tile_route.h"
+#include "cuda/prefill/sm90/common/tma.h"
+#include "cuda/prefill/sm90/launch.h"
+
+namespace msa::cuda {
+
+namespace {
+
+void check_prefill_shape(const AttentionShape& shape) {
+  MSA_REQUIRE(prefill_head_dim_built(shape.d), "shape.d", std::to_string(shape.d),
+              "the CUDA sparse prefill supports head dim 128 only (for now)");
+  MSA_REQUIRE(shape.topk >= 1 && shape.topk <= 32, "shape.topk", std::to_string(shape.topk),
+              "the CUDA sparse prefill supports topk in 1..32");
+}
+
+class PrefillCuda final : public SparsePrefill::Impl {
+ public:
+  PrefillCuda() = default;
+  PrefillCuda(const PrefillCuda&) = delete;
+  PrefillCuda& operator=(const PrefillCuda&) = delete;
+  ~PrefillCuda() override {
+    if (owned_ != nullptr) (void)cudaFree(owned_);
+  }
+
+  void set_workspace(void* data, std::size_t bytes) override {
+    MSA_REQUIRE(reinterpret_cast<std::uintptr_t>(data) % 256 == 0, "workspace.data",
+                std::to_string(reinterpret_cast<std::uintptr_t>(data)), "must be 256-byte aligned");
+    borrowed_ = data;
+    borrowed_bytes_ = data != nullptr ? bytes : 0;
+    planned_ = false;  // the plan lived in the previous workspace
+  }
+
+  void plan(const VarlenBatch& batch, const TensorView& topk, cudaStream_t stream) override {
+    plan_bounded(batch, topk, -1, stream);
+  }
+
+  // max_k_len < 0: no bound given (only CPU batch tensors can be planned then).
+  void plan_bounded(const VarlenBatch& batch, const TensorView& topk, std::int64_t max_k_len,
+                    cudaStream_t stream) override {
+    planned_ = false;
+    check_prefill_shape(shape);
+    check_int32_vector(batch.k_len, "k_len", batch.k_len.device);
+    check_int32_vector(batch.cu_seqlens_q, "cu_seqlens_q", batch.cu_seqlens_q.device);
+    const Device batch_device = batch.k_len.device;
+    MSA_REQUIRE(batch.cu_seqlens_q.device == batch_device, "cu_seqlens_q.device", to_string(batch.cu_seqlens_q.device),
+                "must be where k_len is (" + to_string(batch_device) + ")");
+    const std::int64_t b_count = batch.k_len.dim(0);
+    check_dim(batch.cu_seqlens_q, "cu_seqlens_q", 0, b_count + 1);
+    check_present(topk, "topk");
+    check_rank(topk, "topk", 3);
+    const std::int64_t total_q = topk.dim(1);
+
+    BatchInfo info;
+    const bool host_batch = batch_device == Device::kCpu;
+    if (host_batch) {
+      info = read_batch(batch);  // values checked here
+      MSA_REQUIRE(info.total_q == total_q, "topk.shape[1]", std::to_string(total_q),
+                  "must equal cu_seqlens_q[B] = " + std::to_string(info.total_q));
+      max_k_len = std::max(max_k_len, info.max_k_len);
+    } else {
+      MSA_REQUIRE(max_k_len >= 0, "max_k_len", "unknown",
+                  "device-resident cu_seqlens_q / k_len need plan(batch, topk, max_k_len, stream)");
+      MSA_REQUIRE(contiguous_vector(batch.k_len), "k_len.stride[0]", std::to_string(batch.k_len.stride[0]),
+                  "device batch tensors must be contiguous");
+      MSA_REQUIRE(contiguous_vector(batch.cu_seqlens_q), "cu_seqlens_q.stride[0]",
+                  std::to_string(batch.cu_seqlens_q.stride[0]), "device batch tensors must be contiguous");
+      // cu_seqlens_q[B] = total_q cannot be read here; with no request it can only be 0.
+      MSA_REQUIRE(b_count > 0 || total_q == 0, "topk.shape[1]", std::to_string(total_q),
+                  "must be 0 for an empty batch (k_len.shape[0] = 0)");
+      info.batch = b_count;
+      info.total_q = total_q;
+    }
+    const bool host_topk = topk.device == Device::kCpu;
+    validate_topk(topk, info, shape.h_kv, shape.topk, options.strict && host_batch && host_topk, topk.device);
+    // Strict mode checks device-resident batch and top-k values on the host: one synchronisation
+    // (strict is opt-in, and such a plan() cannot be captured in a graph).
+    if (options.strict && (!host_batch || !host_topk))
+      strict_plan_check(batch, topk, host_batch ? -1 : max_k_len, stream);
+
+    const ProblemSize problem{b_count, total_q, max_k_len};
+    const std::size_t bytes = prefill_workspace(shape, problem, options, nullptr).bytes;
+    ws_ = prefill_workspace(shape, problem, options, workspace(bytes));
+
+    K2qDeviceInputs in{};
+    if (host_batch) {
+      copy_to_device(ws_.cu_seqlens_q, info.cu_q.data(), info.cu_q.size() * sizeof(std::int32_t), stream);
+      copy_to_device(ws_.k_len, info.k_len.data(), info.k_len.size() * sizeof(std::int32_t), stream);
+      in.cu_seqlens_q = ws_.cu_seqlens_q;
+      in.k_len = ws_.k_len;
+    } else {
+      in.cu_seqlens_q = batch.cu_seqlens_q.ptr<const std::int32_t>();
+      in.k_len = batch.k_len.ptr<const std::int32_t>();
+    }
+    if (host_topk) {
+      stage_int32_3d(topk, ws_.topk, stream);
+      in.topk = ws_.topk;
+      in.stride_topk_head = total_q * shape.topk;
+      in.stride_topk_token = shape.topk;
+    } else {
+      in.topk = topk.ptr<const std::int32_t>();
+      in.stride_topk_head = topk.stride[0];
+      in.stride_topk_token = topk.stride[1];
+    }
+    // PrefillPath::kAuto: route each tile to the cheaper kernel before the plan is built, so
+    // that the k2q plan leaves the union tiles' rows out. The tile-union kernel reads top-k rows
+    // with a contiguous last dim; otherwise every tile stays block-major.
+    routed_ = options.prefill_path == PrefillPath::kAuto && total_q > 0 && (host_topk || topk.stride[2] == 1);
+    if (routed_) {
+      TileRouteParams rp{};
+      rp.ids = in.topk;
+      rp.stride_topk_head = in.stride_topk_head;
+      rp.stride_topk_token = in.stride_topk_token;
+      rp.cu_seqlens_q = in.cu_seqlens_q;
+      rp.k_len = in.k_len;
+      rp.batch = static_cast<int>(b_count);
+      rp.h_kv = shape.h_kv;
+      rp.total_q = total_q;
+      rp.topk = shape.topk;
+      rp.q_per_tile = tile_union_queries_per_tile(shape.group());
+      rp.union_tile = ws_.union_tile;
+      rp.union_list = ws_.union_list;
+      rp.union_count = ws_.union_count;
+      rp.temp = ws_.route_temp;
+      rp.temp_bytes = ws_.route_temp_bytes;
+      launch_tile_route(rp, stream);
+      in.union_tile = ws_.union_tile;
+      in.route_q_per_tile = rp.q_per_tile;
+    }
+    build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
+
+    if (sm_count_ == 0) sm_count_ = current_sm_count();
+    inputs_.keep(batch, topk);
+    plan_stream_ = stream;
+    batch_staged_ = host_batch;
+    topk_staged_ = host_topk;
+    planned_batch_ = b_count;
+    planned_total_q_ = total_q;
+    planned_ = true;
+  }
+
+  void run(const PrefillArgs& args, cudaStream_t stream) override {
+    MSA_REQUIRE(planned_, "plan", "none", "call plan() before run()");
+    // The batch and top-k the plan was built from: host values, or the same device tensors.
+    check_int32_vector(args.batch.k_len, "k_len", args.batch.k_len.device);
+    check_int32_vector(args.batch.cu_seqlens_q, "cu_seqlens_q", args.batch.cu_seqlens_q.device);
+    check_tensor(args.topk, "topk", args.topk.device, DType::kInt32, 3);
+    inputs_.expect_same(args.batch, args.topk);
+    const PrefillArgs a = with_staged_inputs(args);
+    const BatchInfo info = validate_prefill(shape, a, options, Device::kCuda);  // metadata only
+    MSA_REQUIRE(info.total_q == planned_total_q_, "q.shape[0]", std::to_string(info.total_q),
+                "differs from the planned total_q = " + std::to_string(planned_total_q_));
+    MSA_REQUIRE(info.batch == planned_batch_, "k_len.shape[0]", std::to_string(info.batch),
+                "differs from the planned batch = " + std::to_string(planned_batch_));
+    MSA_REQUIRE(contiguous_vector(a.batch.k_len) && contiguous_vector(a.batch.cu_seqlens_q), "k_len.stride[0]",
+                std::to_string(a.batch.k_len.stride[0]), "device batch tensors must be contiguous");
+    MSA_REQUIRE(!a.sinks.present() || contiguous_vector(a.sinks), "sinks.stride[0]", std::to_string(a.sinks.stride[0]),
+                "sinks must be contiguous");
+    MSA_REQUIRE(!a.lse.present() || (a.lse.stride[0] == shape.h_q && a.lse.stride[1] == 1), "lse.stride",
+                a.lse.present() ? std::to_string(a.lse.stride[0]) + ", " + std::to_string(a.lse.stride[1]) : "",
+                "lse must be contiguous [total_q, h_q]");
+    check_cuda_prefill(shape, a, planned_total_q_);
+    const PrefillPath path = options.prefill_path;
+    const bool use_union = path == PrefillPath::kTileUnion || (path == PrefillPath::kAuto && routed_);
+    MSA_REQUIRE(!use_union || a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
+                "the tile-union prefill reads top-k rows with a contiguous last dim");
+    // Strict mode: every value check of the CPU backend (page table entries, sinks, top-k
+    // rows, lengths) on host copies, before anything is launched.
+    if (options.strict) strict_run_check(a, stream);
+    if (planned_total_q_ == 0) return;  // no query: nothing to write
+
+    const prefill_sm90::AttentionParams attn = attention_params(shape, a, planned_total_q_, ws_);
+    // Both kernels take the same TMA descriptors; building them is the last thing that may
+    // throw (a stride TMA cannot describe), before anything is launched.
+    const prefill_sm90::PrefillTma tma = prefill_sm90::make_prefill_tma(attn, a.q.dtype, shape.d);
+    CombineParams c{};
+    c.o_partial = ws_.o_partial;
+    c.lse_partial = ws_.lse_partial;
+    c.split_counts = path == PrefillPath::kTileUnion ? nullptr : ws_.k2q.split_counts;
+    c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
+    c.out = a.out.data;
+    c.stride_out_token = a.out.stride[0];
+    c.stride_out_head = a.out.stride[1];
+    c.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
+    c.total_q = planned_total_q_;
+    c.h_q = shape.h_q;
+    c.group = shape.group();
+    c.topk = shape.topk;
+    c.out_fp16 = a.out.dtype == DType::kFP16;
+    // kTileUnion: the union kernel alone, every tile. kBlockMajor: the block-major kernel alone.
+    // kAuto (routed in plan()): the union kernel takes the tiles on the plan's list, the
+    // block-major kernel the plan's work items, which leave those tiles' rows out; the two write
+    // disjoint rows, and the combine merges each row's slots (one for a union row).
+    dispatch_prefill(a.q.dtype, shape.d, [&]<DType kDtype, int kHeadDim>() {
+      if (use_union) {
+        const bool listed = path == PrefillPath::kAuto;
+        launch_tile_union<kDtype, kHeadDim>(
+            tile_union_params(attn, a, planned_batch_, listed ? ws_.union_list : nullptr,
+                              listed ? ws_.union_count : nullptr),
+            tma, sm_count_, stream);
+      }
+      if (path != PrefillPath::kTileUnion)
+        launch_block_major<kDtype, kHeadDim>(block_major_params(attn, ws_), tma, sm_count_, stream);
+      launch_combine<kDtype, kHeadDim>(c, stream, /*programmatic=*/true);
+    });
+  }
+
+  K2qCsr plan_snapshot() const override {
+    MSA_REQUIRE(planned_, "plan", "none", "call plan() before plan_snapshot()");
+    return k2q_device_snapshot(ws_.k2q_geo, ws_.k2q, plan_stream_);
+  }
+
+ private:
+  // CPU batch / top-k tensors are those planned: use their device copies.
+  PrefillArgs with_staged_inputs(const PrefillArgs& args) const {
+    PrefillArgs a = args;
+    if (a.batch.k_len.present() && a.batch.k_len.device == Device::kCpu && batch_staged_) {
+      a.batch.cu_seqlens_q =
+          TensorView::contiguous(ws_.cu_seqlens_q, DType::kInt32, {planned_batch_ + 1}, Device::kCuda);
+      a.batch.k_len = TensorView::contiguous(ws_.k_len, DType::kInt32, {planned_batch_}, Device::kCuda);
+    }
+    if (a.topk.present() && a.topk.device == Device::kCpu && topk_staged_)
+      a.topk =
+          TensorView::contiguous(ws_.topk, DType::kInt32, {shape.h_kv, planned_total_q_, shape.topk}, Device::kCuda);
+    return a;
+  }
+
+  // Strict plan() with device-resident batch or top-k: the host checks on copies; with a
+  // device batch also every k_len against the bound the capacities were sized from.
+  void strict_plan_check(const VarlenBatch& batch, const TensorView& topk, std::int64_t max_k_len,
+                         cudaStream_t stream) const {
+    HostMirrors m;
+    const VarlenBatch hb{m.mirror(batch.cu_seqlens_q, stream), m.mirror(batch.k_len, stream)};
+    const TensorView ht = m.mirror(topk, stream);
+    m.wait(stream);
+    const BatchInfo info = read_batch(hb);
+    MSA_REQUIRE(info.total_q == topk.dim(1), "topk.shape[1]", std::to_string(topk.dim(1)),
+                "must equal cu_seqlens_q[B] = " + std::to_string(info.total_q));
+    for (std::int64_t b = 0; max_k_len >= 0 && b < info.batch; ++b)
+      MSA_REQUIRE(info.k_len[b] <= max_k_len, "k_len[" + std::to_string(b) + "]", std::to_string(info.k_len[b]),
+                  "beyond the max_k_len = " + std::to_string(max_k_len) + " given to plan()");
+    validate_topk(ht, info, shape.h_kv, shape.topk, /*strict=*/true, Device::kCpu);
+  }
+
+  // Strict run(): validate_prefill on the host, with host copies of every tensor whose values
+  // it reads and the others relabelled (only their metadata is read).
+  void strict_run_check(const PrefillArgs& a, cudaStream_t stream) const {
+    HostMirrors m;
+    PrefillArgs h = a;
+    h.batch.cu_seqlens_q = m.mirror(a.batch.cu_seqlens_q, stream);
+    h.batch.k_len = m.mirror(a.batch.k_len, stream);
+    h.topk = m.mirror(a.topk, stream);
+    h.kv.page_table = m.mirror(a.kv.page_table, stream);
+    h.kv.cu_seqlens_k = m.mirror(a.kv.cu_seqlens_k, stream);
+    h.sinks = m.mirror(a.sinks, stream);
+    m.wait(stream);
+    for (TensorView* t : {&h.q, &h.kv.k, &h.kv.v, &h.out, &h.lse}) *t = as_host(*t);
+    validate_prefill(shape, h, options, Device::kCpu);
+  }
+
+  // The caller's memory (checked) or this object's, grown here (plan may allocate).
+  void* workspace(std::size_t bytes) {
+    if (borrowed_ != nullptr) {
+      MSA_REQUIRE(bytes <= borrowed_bytes_, "workspace.bytes", std::to_string(borrowed_bytes_),
+                  "too small: this plan needs " + std::to_string(bytes) + " (SparsePrefill::workspace_bytes)");
+      return borrowed_;
+    }
+    if (owned_bytes_ < bytes) {
+      if (owned_ != nullptr) MSA_CUDA_CHECK(cudaFree(owned_));  // waits for work still using it
+      owned_ = nullptr;
+      owned_bytes_ = 0;
+      MSA_CUDA_CHECK(cudaMalloc(&owned_, bytes));
+      owned_bytes_ = bytes;
+    }
+    return owned_;
+  }
+
+  void* borrowed_ = nullptr;
+  std::size_t borrowed_bytes_ = 0;
+  void* owned_ = nullptr;
+  std::size_t owned_bytes_ = 0;
+
+  bool planned_ = false;
+  PlanInputs inputs_;
+  bool routed_ = false;  // plan() routed tiles into ws_.union_* (PrefillPath::kAuto)
+  PrefillWorkspace ws_{};
+  cudaStream_t plan_stream_ = nullptr;
+  bool batch_staged_ = false;
+  bool topk_staged_ = false;
+  std::int64_t planned_batch_ = 0;
+  std::int64_t planned_total_q_ = 0;
+  int sm_count_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<SparsePrefill::Impl> make_prefill() { return std::make_unique<PrefillCuda>(); }
+
+std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem, const Options& options) {
+  check_prefill_shape(shape);
+  return prefill_workspace(shape, problem, options, nullptr).bytes;
+}
+
+}  // namespace msa::cuda

@@ -1,0 +1,31 @@
+// From validated prefill arguments to the kernels' parameters (src/cuda/prefill/sm90/*/params.h),
+// and the limits of the CUDA prefill that the shared validation (core/validate.h) does not know.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/api/prefill_workspace.h"
+#include "cuda/prefill/sm90/block_major/params.h"
+#include "cuda/prefill/sm90/tile_union/params.h"
+#include "msa/prefill.h"
+
+namespace msa::cuda {
+
+// The CUDA prefill's own limits, named by argument: top-k width, head dim of a built instance
+// (dispatch.h), and the 32-bit TMA coordinates (topk * total_q rows of o_partial, K/V pages or
+// rows). Call after validate_prefill.
+void check_cuda_prefill(const AttentionShape& shape, const PrefillArgs& a, std::int64_t total_q);
+
+// The attention problem of one run(): a's tensors (device-resident batch) and w's partials.
+prefill_sm90::AttentionParams attention_params(const AttentionShape& shape, const PrefillArgs& a, std::int64_t total_q,
+                                               const PrefillWorkspace& w);
+
+// The tile-union kernel over every tile (list null) or the routed tiles.
+prefill_sm90::TileUnionParams tile_union_params(const prefill_sm90::AttentionParams& attn, const PrefillArgs& a,
+                                                std::int64_t batch, const std::int32_t* tile_list,
+                                                const std::int32_t* tile_count);
+
+// The block-major kernel over the plan's work items.
+prefill_sm90::BlockMajorParams block_major_params(const prefill_sm90::AttentionParams& attn, const PrefillWorkspace& w);
+
+}  // namespace msa::cuda

@@ -1,0 +1,34 @@
+#include "cuda/api/prefill_workspace.h"
+
+#include "cuda/plan/tile_route.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
+
+namespace msa::cuda {
+
+PrefillWorkspace prefill_workspace(const AttentionShape& shape, const ProblemSize& problem, const Options& options,
+                                   void* base) {
+  Arena arena = base != nullptr ? Arena(base) : Arena();
+  PrefillWorkspace w;
+  w.k2q_geo = k2q_device_sizes(shape.h_kv, shape.topk, options.q_per_item, problem).geo;
+  w.k2q = k2q_device_layout(w.k2q_geo, arena);
+  const auto rows = static_cast<std::size_t>(shape.topk) * static_cast<std::size_t>(problem.total_q) *
+                    static_cast<std::size_t>(shape.h_q);
+  w.o_partial = arena.take_bytes(rows * static_cast<std::size_t>(shape.d) * 2);
+  w.lse_partial = arena.take<float>(rows);
+  w.cu_seqlens_q = arena.take<std::int32_t>(static_cast<std::size_t>(2 * problem.batch + 1));
+  w.k_len = w.cu_seqlens_q != nullptr ? w.cu_seqlens_q + problem.batch + 1 : nullptr;
+  w.topk = arena.take<std::int32_t>(static_cast<std::size_t>(shape.h_kv) * static_cast<std::size_t>(problem.total_q) *
+                                    static_cast<std::size_t>(shape.topk));
+  if (options.prefill_path == PrefillPath::kAuto) {
+    w.tiles = tile_route_tiles(shape.h_kv, problem.total_q, tile_union_queries_per_tile(shape.group()));
+    w.union_tile = arena.take<std::uint8_t>(static_cast<std::size_t>(w.tiles));
+    w.union_list = arena.take<std::int32_t>(static_cast<std::size_t>(w.tiles));
+    w.union_count = arena.take<std::int32_t>(1);
+    w.route_temp_bytes = Arena::round_up(tile_route_temp_bytes(w.tiles));
+    w.route_temp = arena.take_bytes(w.route_temp_bytes);
+  }
+  w.bytes = arena.bytes();
+  return w;
+}
+
+}  // namespace msa::cuda

@@ -1,0 +1,61 @@
+// The persistent schedules of the CUDA kernels. A persistent grid has fewer CTAs than work
+// units; CTA c runs positions c, c + gridDim.x, ... below the schedule's count, and every warp
+// role of the CTA walks the same positions:
+//
+//   for (const int pos : schedule.mine()) { ... schedule.item(pos) / schedule.tile(pos) ... }
+//
+// Counts live in device memory (written by the planner), so the host never reads them.
+#pragma once
+
+#include <cstdint>
+
+#include "core/plan_encoding.h"
+
+namespace msa::cuda {
+
+// Positions blockIdx.x, blockIdx.x + gridDim.x, ... below `end`.
+struct PersistentRange {
+  int first;
+  int stop;
+  struct Iterator {
+    int pos;
+    __device__ int operator*() const { return pos; }
+    __device__ Iterator& operator++() {
+      pos += static_cast<int>(gridDim.x);
+      return *this;
+    }
+    __device__ bool operator!=(const Iterator& end) const { return pos < end.pos; }
+  };
+  __device__ Iterator begin() const { return Iterator{first}; }
+  __device__ Iterator end() const { return Iterator{stop}; }
+};
+
+__device__ __forceinline__ PersistentRange persistent_range(int count) {
+  return PersistentRange{static_cast<int>(blockIdx.x), count};
+}
+// This CTA's position after `pos` (may be past the end).
+__device__ __forceinline__ int next_position(int pos) { return pos + static_cast<int>(gridDim.x); }
+
+// The KV-block-major work list (the k2q plan's items), *count of them.
+struct WorkListSchedule {
+  const WorkItem* items;      // [work_capacity]
+  const std::int32_t* count;  // [1] work_count, <= work_capacity
+  __device__ int size() const { return *count; }
+  __device__ PersistentRange mine() const { return persistent_range(size()); }
+  __device__ const WorkItem& item(int pos) const { return items[pos]; }
+};
+
+// The tile-union kernel's tiles: all `tiles` of them, or the first *count of `list` (the
+// routing's ascending list of tile ids).
+struct TileListSchedule {
+  std::int64_t tiles;         // h_kv * tiles per head
+  const std::int32_t* list;   // [tiles] or null: every tile
+  const std::int32_t* count;  // [1] when list is set
+  __device__ int size() const {
+    return list != nullptr ? min(max(*count, 0), static_cast<int>(tiles)) : static_cast<int>(tiles);
+  }
+  __device__ PersistentRange mine() const { return persistent_range(size()); }
+  __device__ int tile(int pos) const { return list != nullptr ? list[pos] : pos; }
+};
+
+}  // namespace msa::cuda

@@ -1,0 +1,176 @@
+// The sm_90a KV-block-major sparse prefill kernel: a persistent loop over the plan's work
+// items (WorkListSchedule), warp specialised like the tile-union kernel (FlashAttention-3
+// structure). A step is one 128-row M tile of an item against the item's block; an item has
+// ceil(q_count * G / 128) steps.
+//
+// Producer warpgroup (40 registers):
+//   - the loader (warp 0) streams each item's K and V block into the ring (common/kv_ring.cuh);
+//   - three builder warps prepare each step's Q buffer: the rows' facts (query, head, slot,
+//     visible keys) from the plan's qsplit words, loaded a step ahead, and one TMA box per
+//     query (its G head rows); Q buffers and their facts are double buffered.
+// Consumer warpgroups 1 and 2 (232 registers), 64 rows each: S = Q K^T, the one-pass softmax,
+// O = P V and the epilogue (normalised partial and LSE into the row's slot). The WGMMA issue
+// alternates between them (Turn), so one's softmax and epilogue run while the other's GEMMs
+// occupy the tensor cores.
+//
+// Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
+//   q_full[2] (96 builder arrivals + TMA bytes)   q_empty[2] (256, after the O stores read it)
+#pragma once
+
+#include <cstdint>
+
+#include <cutlass/arch/barrier.h>
+#include <cute/tensor.hpp>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/scheduler.cuh"
+#include "cuda/prefill/sm90/block_major/config.h"
+#include "cuda/prefill/sm90/block_major/mainloop.cuh"
+#include "cuda/prefill/sm90/block_major/params.h"
+#include "cuda/prefill/sm90/common/epilogue.cuh"
+#include "cuda/prefill/sm90/common/kernel.cuh"
+#include "cuda/prefill/sm90/common/kv_ring.cuh"
+#include "cuda/prefill/sm90/common/softmax.cuh"
+#include "cuda/prefill/sm90/common/wgmma.cuh"
+
+namespace msa::cuda::prefill_sm90 {
+
+__device__ __forceinline__ WorkListSchedule work_schedule(const BlockMajorParams& p) {
+  return WorkListSchedule{p.work, p.work_count};
+}
+
+// One block per item, into the item's stage.
+template <class Traits>
+__device__ __forceinline__ void loader(const BlockMajorParams& p, const PrefillTma& tma,
+                                       BlockMajorStorage<Traits>& smem) {
+  KvLoader<Traits> kv{p.attn, tma, smem.kv};
+  const WorkListSchedule sched = work_schedule(p);
+  for (const int pos : sched.mine()) {
+    const ItemCoords it = load_item(p, sched.item(pos));
+    kv.load(it.kv_head, it.b, it.block_start, it.k_len);
+  }
+}
+
+// Builder bt (0..95) owns tile rows bt and bt + 96 (< 128) of every step.
+template <class Traits>
+__device__ __forceinline__ void builders(const BlockMajorParams& p, const PrefillTma& tma,
+                                         BlockMajorStorage<Traits>& smem) {
+  constexpr int kRows = Traits::kTileM;
+  const WorkListSchedule sched = work_schedule(p);
+  const int count = sched.size();
+  int pos = blockIdx.x;
+  if (pos >= count) return;
+  ItemCoords it = load_item(p, sched.item(pos));
+  // The block's valid-page chunks, read with the item (their latency hides behind the next
+  // wait for a free Q buffer); builder 0 publishes them with each step's row facts.
+  std::uint32_t chunks = block_chunks(p.attn, it.b, it.block_start, it.k_len);
+  int tile = 0;
+  std::int32_t qs0 = row_qsplit(p, it, opaque_tid() - 32);
+  std::int32_t qs1 =
+      opaque_tid() - 32 + kBuilderThreads < kRows ? row_qsplit(p, it, opaque_tid() - 32 + kBuilderThreads) : 0;
+  for (std::uint32_t step = 0;; ++step) {
+    const int bt = opaque_tid() - 32;
+    const int buf = static_cast<int>(step & 1u);
+    Barrier64::wait(&smem.q_empty[buf], phase_of(step) ^ 1u);
+    const int base = tile * kRows;
+    prepare_row<Traits>(p.attn, tma, it, base + bt, bt, qs0, smem.q[buf], smem.rows[buf], &smem.q_full[buf]);
+    if (bt + kBuilderThreads < kRows)
+      prepare_row<Traits>(p.attn, tma, it, base + bt + kBuilderThreads, bt + kBuilderThreads, qs1, smem.q[buf],
+                          smem.rows[buf], &smem.q_full[buf]);
+    // Each builder's arrival publishes its row facts; builder 0 also arms the Q bytes (TMA
+    // completions may come first: the transaction count goes negative meanwhile).
+    if (bt == 0) {
+      smem.chunks[buf] = chunks;
+      const int real = max(0, min(kRows, it.rows - base));
+      Barrier64::arrive_and_expect_tx(
+          &smem.q_full[buf], static_cast<std::uint32_t>(real * Traits::kHeadDim * sizeof(typename Traits::Element)));
+    } else {
+      Barrier64::arrive(&smem.q_full[buf]);
+    }
+    // The next step, and its qsplit words (their latency hides behind the next wait).
+    if (++tile == item_steps<Traits>(it.rows)) {
+      pos = next_position(pos);
+      if (pos >= count) break;
+      it = load_item(p, sched.item(pos));
+      chunks = block_chunks(p.attn, it.b, it.block_start, it.k_len);
+      tile = 0;
+    }
+    qs0 = row_qsplit(p, it, tile * kRows + bt);
+    qs1 = bt + kBuilderThreads < kRows ? row_qsplit(p, it, tile * kRows + bt + kBuilderThreads) : 0;
+  }
+}
+
+template <class Traits>
+__device__ __forceinline__ void consumers(const BlockMajorParams& p, const PrefillTma& tma,
+                                          BlockMajorStorage<Traits>& smem, int ct) {
+  const Turn turn{ct / 128};
+  turn.start();
+  int row[2];
+  accumulator_rows<Traits>(ct, row);
+
+  const WorkListSchedule sched = work_schedule(p);
+  const int count = sched.size();
+  const std::int64_t plane = p.attn.total_q * p.attn.h_q;  // rows of one slot of o/lse_partial
+  std::uint32_t step = 0;
+  std::uint32_t use = 0;
+  // The next item's row count, read an item ahead.
+  int rows = blockIdx.x < count ? sched.item(blockIdx.x).q_count * p.attn.group : 0;
+  for (const int pos : sched.mine()) {
+    const int s = static_cast<int>(use & 1u);
+    const int steps = item_steps<Traits>(rows);
+    const int next = next_position(pos);
+    rows = next < count ? sched.item(next).q_count * p.attn.group : 0;
+    for (int tile = 0; tile < steps; ++tile, ++step) {
+      const int buf = static_cast<int>(step & 1u);
+      const bool last = tile + 1 == steps;
+      Barrier64::wait(&smem.q_full[buf], phase_of(step));
+      const RowInfo* facts = smem.rows[buf];
+      const std::uint32_t chunks = smem.chunks[buf];
+      int key_limit[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) key_limit[half] = facts[row[half]].key_limit;
+
+      auto acc_s = make_acc_s<Traits>();
+      Barrier64::wait(&smem.kv.k_full[s], phase_of(use));
+      turn.sync();
+      cute::warpgroup_fence_operand(acc_s);
+      cute::warpgroup_arrive();
+      issue_qk<Traits>(smem.q[buf], smem.kv.k[s], ct, acc_s);
+      cute::warpgroup_commit_batch();
+      turn.pass();
+      cute::warpgroup_wait<0>();
+      cute::warpgroup_fence_operand(acc_s);
+      if (last) Barrier64::arrive(&smem.kv.k_empty[s]);
+
+      auto frag_p = make_frag_p<Traits>();
+      float m_scaled[2], row_sum[2];
+      softmax_one_pass(acc_s, frag_p, key_limit, chunks, p.attn.scale_log2, ct, m_scaled, row_sum);
+
+      auto acc_o = make_acc_o<Traits>();
+      Barrier64::wait(&smem.kv.v_full[s], phase_of(use));
+      turn.sync();
+      cute::warpgroup_fence_operand(frag_p);
+      cute::warpgroup_fence_operand(acc_o);
+      cute::warpgroup_arrive();
+      issue_pv<Traits, false>(frag_p, smem.kv.v[s], ct, acc_o);
+      cute::warpgroup_commit_batch();
+      turn.pass();
+      cute::warpgroup_wait<0>();
+      cute::warpgroup_fence_operand(acc_o);
+      if (last) Barrier64::arrive(&smem.kv.v_empty[s]);
+
+      // Each row goes to its edge's slot.
+      const auto target = [&](int r) {
+        const RowInfo info = facts[r];
+        return RowDest{info.qg >= 0, info.h, static_cast<int>(info.slot * p.attn.total_q + info.qg),
+                       info.slot * plane + std::int64_t(info.qg) * p.attn.h_q + info.h};
+      };
+      store_tile<Traits>(tma, acc_o, m_scaled, row_sum, smem.q[buf], p.attn.lse_partial, opaque_tid() - 128, target);
+      Barrier64::arrive(&smem.q_empty[buf]);
+    }
+    ++use;
+  }
+  turn.finish();
+}
+
+}  // namespace msa::cuda::prefill_sm90

@@ -1,0 +1,112 @@
+// The masked softmax of one S tile (this consumer thread's two rows, base 2) in its two
+// variants: one pass over a single block (block_major/: the block is the whole row) and the
+// online update across a tile's union blocks (tile_union/). Both write P in the instance's
+// 16-bit type into the P V operand.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/prefill/sm90/common/kv_ring.cuh"
+#include "cuda/prefill/sm90/common/traits.h"
+
+namespace msa::cuda::prefill_sm90 {
+
+// Sets S to -inf past each row's visible keys (key_limit per row half: keys [0, limit) of the
+// block) and on the 16-token chunks of invalid pages (`chunks`, block_chunks()); a warp whose
+// rows all see the whole block of valid pages skips it. Value i of the m64nNk16 accumulator is
+// column 8 * (i / 4) + (i & 1) + 2 * (lane % 4): the constant part is compared with the limit
+// less the lane's part, so that no per-value column is kept in a register, and its 16-token
+// chunk is i / 8 whatever the lane.
+template <class AccS>
+__device__ __forceinline__ void mask_keys(AccS& acc_s, const int (&key_limit)[2], std::uint32_t chunks, int ct) {
+  if (__all_sync(0xffffffffu, key_limit[0] == kBlockSize && key_limit[1] == kBlockSize) && chunks == kAllChunks) return;
+  const int lane_col = 2 * (ct % 4);
+  const int lim[2] = {key_limit[0] - lane_col, key_limit[1] - lane_col};
+  if (chunks == kAllChunks) {
+#pragma unroll
+    for (int i = 0; i < cute::size(acc_s); ++i)
+      if (8 * (i >> 2) + (i & 1) >= lim[(i >> 1) & 1]) acc_s(i) = -INFINITY;
+  } else {  // rare: a page-table entry out of range (one loop for both measured 3% slower)
+#pragma unroll
+    for (int i = 0; i < cute::size(acc_s); ++i)
+      if (8 * (i >> 2) + (i & 1) >= lim[(i >> 1) & 1] || !((chunks >> (i >> 3)) & 1u)) acc_s(i) = -INFINITY;
+  }
+}
+
+// This thread's part of each row half's maximum of the masked S.
+template <class AccS>
+__device__ __forceinline__ void row_max(const AccS& acc_s, float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < cute::size(acc_s); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], acc_s(i));
+}
+
+// P = exp2(s * scale_log2 - m) into frag_p; returns this thread's part of each row half's sum.
+template <class AccS, class FragP>
+__device__ __forceinline__ void exponentiate(const AccS& acc_s, FragP& frag_p, float scale_log2, const float (&m)[2],
+                                             float (&sum)[2]) {
+  using Element = typename FragP::value_type;
+  sum[0] = sum[1] = 0.f;
+#pragma unroll
+  for (int i = 0; i < cute::size(acc_s); ++i) {
+    const int half = (i >> 1) & 1;
+    const float e = fast_exp2(fmaf(acc_s(i), scale_log2, -m[half]));
+    sum[half] += e;
+    frag_p(i) = static_cast<Element>(e);
+  }
+}
+
+// One-pass softmax of a whole row's single block: masks S and writes P; per row half returns
+// m_scaled (max * scale_log2, 0 for an empty row) and this thread's part of the row sum (the
+// quad's four parts add up in the epilogue).
+template <class AccS, class FragP>
+__device__ __forceinline__ void softmax_one_pass(AccS& acc_s, FragP& frag_p, const int (&key_limit)[2],
+                                                 std::uint32_t chunks, float scale_log2, int ct, float (&m_scaled)[2],
+                                                 float (&row_sum)[2]) {
+  mask_keys(acc_s, key_limit, chunks, ct);
+  float mx[2];
+  row_max(acc_s, mx);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    mx[half] = quad_max(mx[half]);
+    // An empty row keeps every s = -inf; subtracting 0 keeps exp2 at 0 instead of NaN.
+    m_scaled[half] = mx[half] == -INFINITY ? 0.f : mx[half] * scale_log2;
+  }
+  exponentiate(acc_s, frag_p, scale_log2, m_scaled, row_sum);
+}
+
+// Online softmax state of this thread's two rows: running max (already times scale_log2;
+// -inf before any visible key) and this thread's part of the running sum (every lane of a quad
+// applies the same rescale factors).
+struct SoftmaxState {
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+};
+
+// Masks S, folds it into the running state, rescales O and writes P.
+template <class AccS, class FragP, class AccO>
+__device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO& acc_o, const int (&key_limit)[2],
+                                               std::uint32_t chunks, float scale_log2, SoftmaxState& st, int ct) {
+  mask_keys(acc_s, key_limit, chunks, ct);
+  float mx[2];
+  row_max(acc_s, mx);
+  float m_use[2], alpha[2], sum[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float m_new = fmaxf(st.m[half], quad_max(mx[half]) * scale_log2);
+    // Before any visible key the row stays empty: subtract 0 (exp2(-inf) = 0, never NaN).
+    m_use[half] = m_new == -INFINITY ? 0.f : m_new;
+    alpha[half] = fast_exp2(st.m[half] - m_use[half]);  // 0 while the row was empty
+    st.m[half] = m_new;
+  }
+#pragma unroll
+  for (int i = 0; i < cute::size(acc_o); ++i) acc_o(i) *= alpha[(i >> 1) & 1];
+  exponentiate(acc_s, frag_p, scale_log2, m_use, sum);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) st.l[half] = st.l[half] * alpha[half] + sum[half];
+}
+
+}  // namespace msa::cuda::prefill_sm90

@@ -1,0 +1,116 @@
+// Compile-time traits shared by the two sm_90a sparse prefill kernels (block_major/ and
+// tile_union/): the element type of an instance, tile sizes, the WGMMA tiled MMAs, the swizzled
+// shared-memory layouts, the warp roles, the register split, the K/V ring depth and the
+// named-barrier ids.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/tensor.hpp>
+
+#include "core/plan_encoding.h"
+#include "msa/tensor.h"
+
+namespace msa::cuda::prefill_sm90 {
+
+// The CuTe element of an instance's 16-bit dtype (the instantiation list names DTypes).
+template <DType kDtype>
+struct ElementOf;
+template <>
+struct ElementOf<DType::kBF16> {
+  using type = cute::bfloat16_t;
+};
+template <>
+struct ElementOf<DType::kFP16> {
+  using type = cute::half_t;
+};
+
+// One (dtype, head dim) instance. Two consumer warpgroups compute 64 rows each of a 128-row M
+// tile against 128-token K/V blocks; K and V are both written by TMA as [token, d] 128-byte-
+// swizzled rows (column halves of 128 rows each), and P V reads V through a transposed (d, token)
+// view, MN-major for WGMMA.
+template <DType kDtype_, int kHeadDim_>
+struct Traits {
+  static constexpr DType kDtype = kDtype_;
+  using Element = typename ElementOf<kDtype>::type;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockSize;  // KV tokens per block
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kTileM = kConsumerWarpgroups * 64;  // packed (query, head) rows per M tile
+  static_assert(sizeof(Element) == 2, "16-bit elements: 128-byte swizzle rows of 64 elements");
+  static_assert(kHeadDim % 64 == 0, "128-byte swizzle atoms need D a multiple of 64");
+
+  // S = Q K^T: A = Q [M, D] and B = K [N = token, D] both K-major in shared memory.
+  using MmaQK = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::_16>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
+  // O = P V: A = P from registers (the S accumulator re-typed), B = V seen as [N = d, K = token]
+  // with d contiguous, i.e. MN-major; WGMMA transposes it through the descriptor.
+  using MmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::_16>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
+
+  // Shared-memory layouts (element offsets, 128-byte swizzle): Q and K as [row, d] K-major;
+  // V has K's bytes, read as (d, token).
+  using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                   cute::Shape<cute::Int<kTileM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutK = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                   cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutV =
+      decltype(cute::composition(SmemLayoutK{}, cute::Layout<cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>,
+                                                             cute::Stride<cute::Int<kBlockN>, cute::_1>>{}));
+
+  // TMA boxes are 64 columns (128 bytes, one swizzle row) wide. A Q or O box starting at row r
+  // of column half c lands at unswizzled element offset c * kTileM * 64 + r * 64 of the tile, a
+  // K or V box of token t at c * kBlockN * 64 + t * 64: the 128-byte swizzle is a function of
+  // the shared-memory address, which the TMA unit and WGMMA both apply on top of it.
+  static constexpr int kBoxCols = 128 / sizeof(Element);
+  static constexpr int kColHalves = kHeadDim / kBoxCols;
+  static __host__ __device__ constexpr int q_box_offset(int r, int c) { return c * kTileM * kBoxCols + r * kBoxCols; }
+  static __host__ __device__ constexpr int kv_box_offset(int t, int c) { return c * kBlockN * kBoxCols + t * kBoxCols; }
+  static_assert(SmemLayoutQ{}.layout_b()(8, 0) == q_box_offset(8, 0) &&
+                    SmemLayoutQ{}.layout_b()(0, kBoxCols) == q_box_offset(0, 1),
+                "the Q tile is not laid out as column halves of kTileM swizzled 128-byte rows");
+  static_assert(SmemLayoutK{}.layout_b()(8, 0) == kv_box_offset(8, 0) &&
+                    SmemLayoutK{}.layout_b()(0, kBoxCols) == kv_box_offset(0, 1),
+                "the K tile is not laid out as column halves of 128 swizzled 128-byte rows");
+
+  static constexpr std::uint32_t kBlockBytes = kBlockN * kHeadDim * sizeof(Element);  // one K or V block
+  static constexpr int kQElements = cute::cosize_v<SmemLayoutQ>;
+  static constexpr int kKvElements = cute::cosize_v<SmemLayoutK>;
+};
+
+// Threads of both kernels: warpgroup 0 is the producer (warp 0 loads K/V with TMA, warps 1-3
+// "builders" prepare each tile's Q and row facts), warpgroups 1 and 2 are the consumers.
+constexpr int kThreads = 3 * 128;
+constexpr int kConsumerThreads = 2 * 128;
+constexpr int kBuilderThreads = 96;
+// Registers after setmaxnreg: 2 x 128 x 232 + 128 x 40 = 64,512 of the SM's 65,536.
+constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 40;
+constexpr int kStages = 2;  // K and V ring depth
+
+// Named barriers (0 is __syncthreads, unused after the prologue).
+enum Barrier : int {
+  kBuilders = 1,   // the 96 builder threads
+  kTurn0 = 2,      // kTurn0 + w: consumer warpgroup w's turn to issue WGMMAs (256 threads)
+  kEpilogue0 = 4,  // kEpilogue0 + w: warpgroup w's staged O rows are complete (128 threads)
+};
+
+// Dynamic shared memory is only promised 16-byte alignment; kernels round the base up to the
+// 1024 bytes that 128-byte swizzle atoms need (smem_bytes<Storage>() reserves the slack).
+template <class Storage>
+constexpr std::size_t smem_bytes() {
+  return sizeof(Storage) + 1024;
+}
+template <class Storage>
+__device__ __forceinline__ Storage& aligned_smem(std::uint8_t* raw) {
+  return *reinterpret_cast<Storage*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t(1023));
+}
+
+}  // namespace msa::cuda::prefill_sm90

@@ -1,0 +1,157 @@
+// The tile-union kernel's own pieces: a tile's coordinates, its union list (built by the three
+// builder warps from the entry keys of cuda/plan/tile_keys.cuh) and its Q gather.
+//
+// A tile is q_per_tile consecutive queries of one KV head, their G heads packed into the
+// 128-row M tile (row r = query r / G, head r % G). Its union is the set of (request, block)
+// keys its queries selected, deduplicated in first-seen order (query-major, slot order: the
+// result is deterministic); every union block's K/V is loaded once for all 128 rows, and a
+// row sees a block's keys only if its query selected it (a membership bit per query) and the
+// causal / k_len limit allows.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+
+#include "core/plan_encoding.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/plan/tile_keys.cuh"
+#include "cuda/prefill/sm90/common/kv_ring.cuh"
+#include "cuda/prefill/sm90/tile_union/config.h"
+#include "cuda/prefill/sm90/tile_union/params.h"
+
+namespace msa::cuda::prefill_sm90 {
+
+// Queries [q0, q0 + nq) of one KV head: the tile-th (KV head, query tile) pair.
+struct Tile {
+  int kv_head;
+  int q0;
+  int nq;
+};
+
+__device__ __forceinline__ Tile make_tile(const TileUnionParams& p, int tile) {
+  const int per_head = static_cast<int>(p.tiles / p.attn.h_kv);
+  Tile t;
+  t.kv_head = tile / per_head;
+  t.q0 = (tile - t.kv_head * per_head) * p.q_per_tile;
+  t.nq = static_cast<int>(min(std::int64_t(p.q_per_tile), p.attn.total_q - t.q0));
+  return t;
+}
+
+// Union entry u of a list, decoded.
+struct UnionEntry {
+  int b;            // request
+  int k_len;        // its k_len
+  int block_start;  // block id * 128
+  int tokens;       // tokens of the block below k_len, 1..128
+};
+
+__device__ __forceinline__ UnionEntry union_entry(const UnionList& list, int u) {
+  const std::int32_t key = list.block[u];
+  const int seg = union_key::segment(key);
+  UnionEntry e;
+  e.b = list.seg_b[seg];
+  e.k_len = list.seg_klen[seg];
+  e.block_start = union_key::block(key) * kBlockSize;
+  e.tokens = min(kBlockSize, e.k_len - e.block_start);
+  return e;
+}
+
+// Builds tile t's union into `list` (96 builder threads, bt = 0..95); each builder's mbarrier
+// arrival afterwards publishes its writes to the loader and the consumers.
+template <class Traits>
+__device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile& t, TileUnionStorage<Traits>& smem,
+                                           UnionList& list, int bt) {
+  const int topk = p.attn.topk;
+  const int n = t.nq * topk;
+  // 1. Each query's request, segment and position; every query of a segment writes the
+  // segment's (request, k_len), all the same values.
+  if (bt < t.nq) {
+    const TileQuery tq = locate_tile_query(p.attn.cu_seqlens_q, p.attn.k_len, p.batch, t.q0, t.q0 + bt, 0);
+    smem.q_seg[bt] = tq.segment;
+    list.q_pos[bt] = tq.pos;
+    list.seg_b[tq.segment] = tq.b;
+    list.seg_klen[tq.segment] = tq.k_len;
+  }
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 2. Entry keys.
+  const std::int32_t* ids = p.topk + std::int64_t(t.kv_head) * p.stride_topk_head;
+  for (int e = bt; e < n; e += kBuilderThreads) {
+    const int i = e / topk;
+    const int seg = smem.q_seg[i];
+    const int blocks = (list.seg_klen[seg] + kBlockSize - 1) / kBlockSize;
+    smem.key[e] = union_key::of_id(seg, ids[std::int64_t(t.q0 + i) * p.stride_topk_token + (e - i * topk)], blocks);
+  }
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 3. Each entry's first occurrence.
+  for (int e = bt; e < n; e += kBuilderThreads) {
+    const std::int32_t key = smem.key[e];
+    int f = -1;
+    if (key != union_key::kNone) {
+      f = e;
+      for (int j = 0; j < e; ++j)
+        if (smem.key[j] == key) {
+          f = j;
+          break;
+        }
+    }
+    smem.first[e] = f;
+  }
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 4. Ranks of the first occurrences, in entry order (one warp, 32 entries per ballot).
+  if (bt < 32) {
+    int base = 0;
+    for (int c = 0; c < n; c += 32) {
+      const int e = c + bt;
+      const bool is_first = e < n && smem.first[e] == e;
+      const unsigned ballot = __ballot_sync(0xffffffffu, is_first);
+      if (is_first) {
+        const int r = base + __popc(ballot & ((1u << bt) - 1u));
+        smem.rank[e] = r;
+        list.block[r] = smem.key[e];
+        list.members[r] = 0u;
+      }
+      base += __popc(ballot);
+    }
+    if (bt == 0) list.size = base;
+  }
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 5. Membership: query i selected union entry rank[first[e]]; and each entry's 16-token
+  // chunks on valid pages.
+  for (int e = bt; e < n; e += kBuilderThreads) {
+    const int f = smem.first[e];
+    if (f >= 0) atomicOr(&list.members[smem.rank[f]], 1u << (e / topk));
+  }
+  for (int u = bt; u < list.size; u += kBuilderThreads) {
+    const std::int32_t key = list.block[u];
+    const int seg = union_key::segment(key);
+    list.chunks[u] = static_cast<std::uint8_t>(
+        block_chunks(p.attn, list.seg_b[seg], union_key::block(key) * kBlockSize, list.seg_klen[seg]));
+  }
+  // The scratch arrays are free for the next tile once every builder is done reading them.
+  named_barrier_sync(kBuilders, kBuilderThreads);
+}
+
+// Gathers tile t's Q rows into `sq` with TMA (one box per query's heads and column half);
+// padding rows get no data (their results are never stored). Builder 0 arms `bar`.
+template <class Traits>
+__device__ __forceinline__ void load_q(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
+                                       typename Traits::Element* sq, std::uint64_t* bar, int bt) {
+  const int group = p.attn.group;
+  const int rows = t.nq * group;
+  if (bt == 0)
+    Barrier64::arrive_and_expect_tx(
+        bar, static_cast<std::uint32_t>(rows * Traits::kHeadDim * sizeof(typename Traits::Element)));
+  for (int r = bt; r < rows; r += kBuilderThreads) {
+    if (r % tma.q_box_rows != 0) continue;
+    const int qi = r / group;
+    const int h = t.kv_head * group + (r - qi * group);
+#pragma unroll
+    for (int c = 0; c < Traits::kColHalves; ++c)
+      cute::SM90_TMA_LOAD_3D::copy(&tma.q, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                   sq + Traits::q_box_offset(r, c), c * Traits::kBoxCols, h, t.q0 + qi);
+  }
+}
+
+}  // namespace msa::cuda::prefill_sm90

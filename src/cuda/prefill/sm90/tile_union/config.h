@@ -1,0 +1,54 @@
+// Shared-memory plan of the tile-union kernel: the K/V ring, and per tile (double buffered) a Q
+// buffer (later the staged O) and the tile's union list; plus the builders' scratch.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/prefill/sm90/common/kv_ring.cuh"
+#include "cuda/prefill/sm90/common/traits.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
+
+namespace msa::cuda::prefill_sm90 {
+
+constexpr int kMaxEntries = kTileUnionMaxQueries * kTileUnionMaxTopk;
+
+// One tile's union, written by the builders and read by the loader and the consumers.
+struct UnionList {
+  std::int32_t block[kMaxEntries];              // union entry u: its union_key
+  std::uint32_t members[kMaxEntries];           // bit i: tile query i selected entry u's block
+  std::uint8_t chunks[kMaxEntries];             // its block's 16-token chunks on valid pages
+  std::int32_t q_pos[kTileUnionMaxQueries];     // position of tile query i in its request
+  std::int32_t seg_b[kTileUnionMaxQueries];     // request of tile segment s
+  std::int32_t seg_klen[kTileUnionMaxQueries];  // its k_len
+  std::int32_t size;                            // union entries
+};
+
+template <class Traits>
+struct TileUnionStorage {
+  using Element = typename Traits::Element;
+  KvRing<Traits> kv;
+  alignas(1024) Element q[2][Traits::kQElements];  // [row, d] swizzled, then O
+  UnionList list[2];
+  // Builder scratch for the tile being built.
+  std::int32_t key[kMaxEntries];             // entry e = (query e / topk, slot): union_key, kNone ignored
+  std::int32_t first[kMaxEntries];           // first entry with the same key, -1 ignored
+  std::int32_t rank[kMaxEntries];            // union index of a first entry
+  std::int32_t q_seg[kTileUnionMaxQueries];  // segment of tile query i
+  alignas(8) std::uint64_t q_full[2];        // TMA bytes
+  std::uint64_t q_empty[2];                  // 256, after the O stores read it
+  std::uint64_t list_full[2];                // 96 builder arrivals
+  std::uint64_t list_empty[2];               // 256 consumer arrivals
+
+  // One thread, before the CTA barrier.
+  __device__ void init() {
+    kv.init();
+    for (int i = 0; i < 2; ++i) {
+      Barrier64::init(&q_full[i], 1);
+      Barrier64::init(&q_empty[i], kConsumerThreads);
+      Barrier64::init(&list_full[i], kBuilderThreads);
+      Barrier64::init(&list_empty[i], kConsumerThreads);
+    }
+  }
+};
+
+}  // namespace msa::cuda::prefill_sm90

@@ -1,0 +1,171 @@
+// The sm_90a query-major tile-union sparse prefill kernel: a persistent loop over (KV head,
+// query tile) pairs (TileListSchedule: all of them, or the list PrefillPath::kAuto routed
+// here), warp specialised.
+//
+// Producer warpgroup (40 registers):
+//   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
+//     tile's list / Q buffer (double buffered: tile i + 1 is built while tile i computes);
+//   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
+// Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
+// S(u) = Q K(u)^T together with O += P(u-1) V(u-1), then mask and fold S(u) into the online
+// softmax. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
+// other's GEMMs occupy the tensor cores.
+//
+// Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's, and
+//   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer arrivals)
+//   q_full[2]    (TMA bytes)             q_empty[2]    (256, after the O stores read it)
+#pragma once
+
+#include <cstdint>
+
+#include <cutlass/arch/barrier.h>
+#include <cute/tensor.hpp>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/scheduler.cuh"
+#include "cuda/prefill/sm90/common/epilogue.cuh"
+#include "cuda/prefill/sm90/common/kernel.cuh"
+#include "cuda/prefill/sm90/common/kv_ring.cuh"
+#include "cuda/prefill/sm90/common/softmax.cuh"
+#include "cuda/prefill/sm90/common/wgmma.cuh"
+#include "cuda/prefill/sm90/tile_union/builder.cuh"
+#include "cuda/prefill/sm90/tile_union/config.h"
+#include "cuda/prefill/sm90/tile_union/params.h"
+
+namespace msa::cuda::prefill_sm90 {
+
+__device__ __forceinline__ TileListSchedule tile_schedule(const TileUnionParams& p) {
+  return TileListSchedule{p.tiles, p.tile_list, p.tile_count};
+}
+
+template <class Traits>
+__device__ __forceinline__ void builders(const TileUnionParams& p, const PrefillTma& tma,
+                                         TileUnionStorage<Traits>& smem) {
+  const TileListSchedule sched = tile_schedule(p);
+  std::uint32_t iter = 0;
+  for (const int pos : sched.mine()) {
+    const int buf = static_cast<int>(iter & 1u);
+    const Tile t = make_tile(p, sched.tile(pos));
+    Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
+    const int bt = opaque_tid() - 32;
+    build_list(p, t, smem, smem.list[buf], bt);
+    Barrier64::wait(&smem.q_empty[buf], phase_of(iter) ^ 1u);
+    load_q<Traits>(p, tma, t, smem.q[buf], &smem.q_full[buf], bt);
+    Barrier64::arrive(&smem.list_full[buf]);
+    ++iter;
+  }
+}
+
+// Every union block of every tile, in list order, once the builders published the list.
+template <class Traits>
+__device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTma& tma,
+                                       TileUnionStorage<Traits>& smem) {
+  KvLoader<Traits> kv{p.attn, tma, smem.kv};
+  const TileListSchedule sched = tile_schedule(p);
+  std::uint32_t iter = 0;
+  for (const int pos : sched.mine()) {
+    const int buf = static_cast<int>(iter & 1u);
+    const int kv_head = make_tile(p, sched.tile(pos)).kv_head;
+    Barrier64::wait(&smem.list_full[buf], phase_of(iter));
+    const UnionList& list = smem.list[buf];
+    for (int u = 0; u < list.size; ++u) {
+      const UnionEntry e = union_entry(list, u);
+      kv.load(kv_head, e.b, e.block_start, e.k_len);
+    }
+    ++iter;
+  }
+}
+
+template <class Traits>
+__device__ __forceinline__ void consumers(const TileUnionParams& p, const PrefillTma& tma,
+                                          TileUnionStorage<Traits>& smem, int ct) {
+  const int group = p.attn.group;
+  const Turn turn{ct / 128};
+  turn.start();
+  int row[2];
+  accumulator_rows<Traits>(ct, row);
+
+  const TileListSchedule sched = tile_schedule(p);
+  std::uint32_t iter = 0;
+  std::uint32_t use = 0;
+  for (const int pos : sched.mine()) {
+    const int buf = static_cast<int>(iter & 1u);
+    const Tile t = make_tile(p, sched.tile(pos));
+    Barrier64::wait(&smem.list_full[buf], phase_of(iter));
+    const UnionList& list = smem.list[buf];
+    const int n = list.size;
+    // This thread's rows: tile query (31 for padding: no membership bit) and its position.
+    int row_query[2], row_pos[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int qi = row[half] / group;
+      row_query[half] = qi < t.nq ? qi : 31;
+      row_pos[half] = qi < t.nq ? list.q_pos[qi] : 0;
+    }
+    auto key_limits = [&](int u, int(&limit)[2]) {
+      const UnionEntry e = union_entry(list, u);
+      const std::uint32_t members = list.members[u];
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        limit[half] = (members >> row_query[half]) & 1u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
+    };
+
+    auto acc_o = make_acc_o<Traits>();
+    cute::clear(acc_o);
+    SoftmaxState st;
+    Barrier64::wait(&smem.q_full[buf], phase_of(iter));
+    const typename Traits::Element* sq = smem.q[buf];
+
+    if (n > 0) {
+      auto acc_s = make_acc_s<Traits>();
+      auto frag_p = make_frag_p<Traits>();
+      // Phase u: S(u) (u < n) and P(u-1) V(u-1) (u > 0) in one WGMMA batch, then the softmax
+      // of S(u). The three shapes are separate straight-line code (no WGMMA under a branch).
+      auto phase = [&](auto with_qk, auto with_pv, int u) {
+        constexpr bool kQk = decltype(with_qk)::value;
+        constexpr bool kPv = decltype(with_pv)::value;
+        const int s = static_cast<int>((use + u) & 1u);
+        const int sp = s ^ 1;  // stage of block u - 1
+        if constexpr (kQk) Barrier64::wait(&smem.kv.k_full[s], phase_of(use + u));
+        if constexpr (kPv) Barrier64::wait(&smem.kv.v_full[sp], phase_of(use + u - 1));
+        turn.sync();
+        cute::warpgroup_fence_operand(acc_s);
+        cute::warpgroup_fence_operand(acc_o);
+        cute::warpgroup_fence_operand(frag_p);
+        cute::warpgroup_arrive();
+        if constexpr (kQk) issue_qk<Traits>(sq, smem.kv.k[s], ct, acc_s);
+        if constexpr (kPv) issue_pv<Traits, true>(frag_p, smem.kv.v[sp], ct, acc_o);
+        cute::warpgroup_commit_batch();
+        turn.pass();
+        cute::warpgroup_wait<0>();
+        cute::warpgroup_fence_operand(acc_s);
+        cute::warpgroup_fence_operand(acc_o);
+        if constexpr (kQk) {
+          Barrier64::arrive(&smem.kv.k_empty[s]);
+          int limit[2];
+          key_limits(u, limit);
+          softmax_online(acc_s, frag_p, acc_o, limit, list.chunks[u], p.attn.scale_log2, st, ct);
+        }
+        if constexpr (kPv) Barrier64::arrive(&smem.kv.v_empty[sp]);
+      };
+      phase(cute::true_type{}, cute::false_type{}, 0);
+      for (int u = 1; u < n; ++u) phase(cute::true_type{}, cute::true_type{}, u);
+      phase(cute::false_type{}, cute::true_type{}, n);
+    }
+    use += n;
+    Barrier64::arrive(&smem.list_empty[buf]);
+    // Every row's final result goes to slot 0.
+    const int rows = t.nq * group;
+    const auto target = [&](int r) {
+      const int qi = r / group;
+      const int h = t.kv_head * group + (r - qi * group);
+      return RowDest{r < rows, h, t.q0 + qi, std::int64_t(t.q0 + qi) * p.attn.h_q + h};
+    };
+    store_tile<Traits>(tma, acc_o, st.m, st.l, smem.q[buf], p.attn.lse_partial, opaque_tid() - 128, target);
+    Barrier64::arrive(&smem.q_empty[buf]);
+    ++iter;
+  }
+  turn.finish();
+}
+
+}  // namespace msa::cuda::prefill_sm90

@@ -1,0 +1,43 @@
+// Definition of the tile-union launcher (declared in ../launch.h); included only by its
+// generated instance files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "core/check.h"
+#include "cuda/common/launch.h"
+#include "cuda/prefill/sm90/common/checks.h"
+#include "cuda/prefill/sm90/common/kernel.cuh"
+#include "cuda/prefill/sm90/launch.h"
+#include "cuda/prefill/sm90/tile_union/kernel.cuh"
+
+namespace msa::cuda {
+
+template <DType kDtype, int kHeadDim>
+void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
+                       cudaStream_t stream) {
+  using Traits = prefill_sm90::Traits<kDtype, kHeadDim>;
+  using Storage = prefill_sm90::TileUnionStorage<Traits>;
+  constexpr auto* kernel = prefill_sm90::prefill_kernel<Traits, prefill_sm90::TileUnionParams, Storage>;
+  constexpr std::size_t smem = prefill_sm90::smem_bytes<Storage>();
+  static_assert(Traits::kTileM == kTileUnionRows, "geometry.h describes this kernel's tile");
+  static_assert(smem <= 227 * 1024, "shared memory plan exceeds the sm_90 limit");
+  prefill_sm90::assert_supported(p.attn);
+  MSA_ASSERT(p.q_per_tile == tile_union_queries_per_tile(p.attn.group) && p.batch >= 1 && p.tiles <= INT32_MAX / 2);
+  MSA_ASSERT(p.topk != nullptr && (p.tile_list == nullptr) == (p.tile_count == nullptr));
+  if (p.tiles <= 0) return;
+  // The shared-memory attribute, once (thread-safe static initialisation).
+  static const bool configured = [] {
+    MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    return true;
+  }();
+  (void)configured;
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(p.tiles, sm_count));
+  launch_pdl(kernel, LaunchShape{dim3(grid), dim3(prefill_sm90::kThreads), smem}, stream, /*programmatic=*/true, p,
+             tma);
+}
+
+}  // namespace msa::cuda

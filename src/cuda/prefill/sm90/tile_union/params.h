@@ -1,0 +1,26 @@
+// Runtime parameters of the query-major tile-union sparse prefill kernel (sm_90a).
+// Shapes in brackets; strides in elements.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/prefill/sm90/common/params.h"
+
+namespace msa::cuda::prefill_sm90 {
+
+struct TileUnionParams {
+  // Every (query, head) row of a tile it runs gets its final, normalised result in slot 0 of
+  // o_partial / lse_partial; the combine (split count 1 for those rows, or null split_counts)
+  // applies sinks and writes out / lse.
+  AttentionParams attn;
+  const std::int32_t* topk;  // [h_kv, total_q, topk], last dim contiguous
+  std::int64_t stride_topk_head;
+  std::int64_t stride_topk_token;
+  int batch;                       // B >= 1: cu_seqlens_q has B + 1 entries
+  int q_per_tile;                  // tile_union_queries_per_tile(group)
+  std::int64_t tiles;              // h_kv * ceil(total_q / q_per_tile), numbered head-major
+  const std::int32_t* tile_list;   // PrefillPath::kAuto: the tiles to run, ascending, the
+  const std::int32_t* tile_count;  //   first *tile_count of [tiles]; null: every tile
+};
+
+}  // namespace msa::cuda::prefill_sm90
