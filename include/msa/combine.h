@@ -9,7 +9,7 @@
 namespace msa {
 
 struct CombineArgs {
-  TensorView o_partial;     // [topk, total_q, h_q, d] fp32 | bf16: normalised partial of slot s
+  TensorView o_partial;     // [topk, total_q, h_q, d] fp32 | bf16 | fp16 (CUDA: bf16 | fp16): partial of slot s
   TensorView lse_partial;   // [topk, total_q, h_q] fp32 natural log, -inf = no visible key
   TensorView split_counts;  // [total_q, h_kv] int32: slots 0..n-1 of the row are valid
   TensorView out;           // [total_q, h_q, d] bf16 | fp16 (written)

@@ -110,7 +110,6 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
 
   const WorkListSchedule sched = work_schedule(p);
   const int count = sched.size();
-  const std::int64_t plane = p.attn.total_q * p.attn.h_q;  // rows of one slot of o/lse_partial
   std::uint32_t step = 0;
   std::uint32_t use = 0;
   // The next item's row count, read an item ahead.
@@ -159,11 +158,12 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
       cute::warpgroup_fence_operand(acc_o);
       if (last) Barrier64::arrive(&smem.kv.v_empty[s]);
 
-      // Each row goes to its edge's slot.
+      // Each row goes to its edge's slot: row slot * total_q + qg of o_partial seen as
+      // [topk * total_q, h_q, d] (< 2^31, asserted at launch), and of lse_partial.
       const auto target = [&](int r) {
         const RowInfo info = facts[r];
-        return RowDest{info.qg >= 0, info.h, static_cast<int>(info.slot * p.attn.total_q + info.qg),
-                       info.slot * plane + std::int64_t(info.qg) * p.attn.h_q + info.h};
+        const int o_row = info.slot * static_cast<int>(p.attn.total_q) + info.qg;
+        return RowDest{info.qg >= 0, info.h, o_row, std::int64_t(o_row) * p.attn.h_q + info.h};
       };
       store_tile<Traits>(tma, acc_o, m_scaled, row_sum, smem.q[buf], p.attn.lse_partial, opaque_tid() - 128, target);
       Barrier64::arrive(&smem.q_empty[buf]);

@@ -65,14 +65,21 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
                                            UnionList& list, int bt) {
   const int topk = p.attn.topk;
   const int n = t.nq * topk;
-  // 1. Each query's request, segment and position; every query of a segment writes the
-  // segment's (request, k_len), all the same values.
-  if (bt < t.nq) {
-    const TileQuery tq = locate_tile_query(p.attn.cu_seqlens_q, p.attn.k_len, p.batch, t.q0, t.q0 + bt, 0);
-    smem.q_seg[bt] = tq.segment;
-    list.q_pos[bt] = tq.pos;
-    list.seg_b[tq.segment] = tq.b;
-    list.seg_klen[tq.segment] = tq.k_len;
+  // 1. Each query's request, segment and position (one warp: nq <= 16); the first query of each
+  // segment writes the segment's (request, k_len), so every segment a key names is written once.
+  if (bt < 32) {
+    const bool active = bt < t.nq;
+    TileQuery tq{};
+    if (active) tq = locate_tile_query(p.attn.cu_seqlens_q, p.attn.k_len, p.batch, t.q0, t.q0 + bt, 0);
+    const unsigned peers = __match_any_sync(0xffffffffu, active ? tq.segment : -1 - bt);
+    if (active) {
+      smem.q_seg[bt] = tq.segment;
+      list.q_pos[bt] = tq.pos;
+      if ((peers & ((1u << bt) - 1u)) == 0u) {
+        list.seg_b[tq.segment] = tq.b;
+        list.seg_klen[tq.segment] = tq.k_len;
+      }
+    }
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 2. Entry keys.

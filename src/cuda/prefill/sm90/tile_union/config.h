@@ -37,7 +37,7 @@ struct TileUnionStorage {
   alignas(8) std::uint64_t q_full[2];        // TMA bytes
   std::uint64_t q_empty[2];                  // 256, after the O stores read it
   std::uint64_t list_full[2];                // 96 builder arrivals
-  std::uint64_t list_empty[2];               // 256 consumer arrivals
+  std::uint64_t list_empty[2];               // 256 consumer + 32 loader arrivals, each after its last read
 
   // One thread, before the CTA barrier.
   __device__ void init() {
@@ -46,7 +46,7 @@ struct TileUnionStorage {
       Barrier64::init(&q_full[i], 1);
       Barrier64::init(&q_empty[i], kConsumerThreads);
       Barrier64::init(&list_full[i], kBuilderThreads);
-      Barrier64::init(&list_empty[i], kConsumerThreads);
+      Barrier64::init(&list_empty[i], kConsumerThreads + 32);
     }
   }
 };

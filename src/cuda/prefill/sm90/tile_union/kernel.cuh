@@ -12,7 +12,7 @@
 // other's GEMMs occupy the tensor cores.
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's, and
-//   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer arrivals)
+//   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer + 32 loader arrivals)
 //   q_full[2]    (TMA bytes)             q_empty[2]    (256, after the O stores read it)
 #pragma once
 
@@ -56,7 +56,9 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
   }
 }
 
-// Every union block of every tile, in list order, once the builders published the list.
+// Every union block of every tile, in list order, once the builders published the list. The
+// loader releases a list too: without its arrival the builders could rewrite the buffer (two
+// tiles on, after consumers that finished an empty union) before the loader has read it.
 template <class Traits>
 __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTma& tma,
                                        TileUnionStorage<Traits>& smem) {
@@ -68,10 +70,12 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
     const int kv_head = make_tile(p, sched.tile(pos)).kv_head;
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
     const UnionList& list = smem.list[buf];
-    for (int u = 0; u < list.size; ++u) {
+    const int n = list.size;
+    for (int u = 0; u < n; ++u) {
       const UnionEntry e = union_entry(list, u);
       kv.load(kv_head, e.b, e.block_start, e.k_len);
     }
+    Barrier64::arrive(&smem.list_empty[buf]);  // every lane read the list
     ++iter;
   }
 }
