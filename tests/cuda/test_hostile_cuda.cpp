@@ -17,6 +17,7 @@
 #include "tests/support/device_tensor.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/host_tensor.h"
+#include "tests/support/cuda_check.h"
 
 namespace {
 
@@ -24,8 +25,6 @@ using msa::bench::HostTensor;
 using msa::bench::Request;
 using msa::bench::Workload;
 using msa::bench::WorkloadSpec;
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 using msa::test::DeviceTensor;
 using msa::test::expect_error;
@@ -103,7 +102,7 @@ msa::Options cuda_options(bool strict, msa::PrefillPath path = msa::PrefillPath:
 }
 
 TEST(HostileCuda, StrictModeChecksDeviceTopkAndLengths) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   DeviceCase c(spec_of(64, {{40, 900}, {3, 3}}, 21));
   // Head 1, query 41 (request 1, local block 0): a full row is [0, -1, ...]; a duplicate 0 breaks it.
   HostTensor bad = msa::test::copy_of(c.w.topk);
@@ -178,24 +177,24 @@ void check_bad_pages(int page_size, msa::PrefillPath path) {
 }
 
 TEST(HostileCuda, PagesOutOfRangeBlockMajor16) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   check_bad_pages(16, msa::PrefillPath::kBlockMajor);
 }
 TEST(HostileCuda, PagesOutOfRangeBlockMajor128) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   check_bad_pages(128, msa::PrefillPath::kBlockMajor);
 }
 TEST(HostileCuda, PagesOutOfRangeTileUnion32) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   check_bad_pages(32, msa::PrefillPath::kTileUnion);
 }
 TEST(HostileCuda, PagesOutOfRangeTileUnion128) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   check_bad_pages(128, msa::PrefillPath::kTileUnion);
 }
 
 TEST(HostileCuda, StrictRunNamesNonFiniteSinks) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   WorkloadSpec spec = spec_of(64, {{40, 900}}, 23);
   spec.sinks = true;
   DeviceCase c(spec);
@@ -210,7 +209,7 @@ TEST(HostileCuda, StrictRunNamesNonFiniteSinks) {
 
 // Without strict, non-finite sinks are ignored: the same bytes as no sinks at all, as on the CPU.
 TEST(HostileCuda, NonFiniteSinksAreIgnored) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   WorkloadSpec spec = spec_of(64, {{40, 900}, {7, 300}}, 25);
   spec.sinks = true;
   DeviceCase c(spec);
@@ -238,7 +237,7 @@ TEST(HostileCuda, NonFiniteSinksAreIgnored) {
 }
 
 TEST(HostileCuda, RunWithOtherTensorsThanPlannedIsRejected) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   DeviceCase c(spec_of(64, {{2, 8}, {8, 8}}, 24));
   msa::SparsePrefill op(c.w.spec.shape, cuda_options(false));
   op.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr);

@@ -25,14 +25,13 @@
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
 #include "tests/support/device_tensor.h"
+#include "tests/support/cuda_check.h"
 
 namespace {
 
 using msa::bench::HostTensor;
 using msa::bench::Request;
 using msa::bench::Selection;
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 // Raw device memory (a workspace, routing flags); null when the allocation fails.
 class DeviceBuffer {
@@ -307,7 +306,7 @@ TEST(K2qDeviceLayout, SizingMatchesCarving) {
 class K2qDevice : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(K2qDevice, MatchesHostBuilder) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   const PlanCase& c = GetParam();
   const PlanInputs in = make_inputs(c);
   const msa::K2qCsr host = host_plan(c, in);
@@ -328,7 +327,7 @@ TEST_P(K2qDevice, MatchesHostBuilder) {
 }
 
 TEST_P(K2qDevice, GraphReplayMatchesHostBuilder) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   const PlanCase& c = GetParam();
   const PlanInputs in = make_inputs(c);
   const msa::K2qCsr host = host_plan(c, in);
@@ -358,7 +357,7 @@ TEST_P(K2qDevice, GraphReplayMatchesHostBuilder) {
 // Routed rows (flags of an arbitrary routing, tiles of 1, 5 and 16 queries, spanning requests):
 // no edge and split count 1 in both builders, byte for byte.
 TEST_P(K2qDevice, RoutedMatchesHostBuilder) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   const PlanCase& c = GetParam();
   const PlanInputs in = make_inputs(c);
   for (const int q_per_tile : {1, 5, 16}) {
@@ -393,7 +392,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, K2qDevice, ::testing::ValuesIn(cases()),
 // from device tensors with a host bound, and plan_snapshot() equals the host builder given the
 // rule's routing (PrefillPath::kAuto, the default) or none (kBlockMajor).
 TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   std::int64_t union_tiles = 0, block_major_tiles = 0;  // the rule must route both ways here
   for (const PlanCase& c : {cases()[2], cases()[7], cases()[9], cases()[11]}) {
     SCOPED_TRACE(c.name);
@@ -443,7 +442,7 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
 // Planner time on target-sized problems (graph replays, CUDA events, median of 50). Run with
 // --gtest_also_run_disabled_tests --gtest_filter='*PlanTiming*'.
 TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   std::vector<PlanCase> timed = {
       {"S32k_B1_random", 4, 16, 64, {{32768, 32768}}, Selection::kRandom, Mutation::kNone, 0, 21},
       {"S128k_B1_random", 4, 16, 64, {{131072, 131072}}, Selection::kRandom, Mutation::kNone, 0, 22},

@@ -24,6 +24,7 @@
 #include "cpu/reference.h"
 #include "msa/msa.h"
 #include "tests/support/device_tensor.h"
+#include "tests/support/cuda_check.h"
 
 namespace {
 
@@ -32,8 +33,6 @@ using msa::bench::Request;
 using msa::bench::Selection;
 using msa::bench::Workload;
 using msa::bench::WorkloadSpec;
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 using msa::test::DeviceTensor;
 
@@ -137,7 +136,7 @@ void make_adversarial(HostTensor& topk, std::uint64_t seed) {
 class PrefillCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   const Case& c = GetParam();
   Workload w = msa::bench::make_workload(c.spec);
   if (c.adversarial) make_adversarial(w.topk, c.spec.seed);

@@ -15,13 +15,12 @@
 #include "cuda/plan/tile_route.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
+#include "tests/support/cuda_check.h"
 
 namespace {
 
 using msa::bench::Request;
 using msa::bench::Selection;
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 enum class Expect { kAny, kAllUnion, kMixed };
 
@@ -51,7 +50,7 @@ std::vector<RouteCase> route_cases() {
 class TileRouteCuda : public ::testing::TestWithParam<RouteCase> {};
 
 TEST_P(TileRouteCuda, MatchesHostTwin) {
-  if (!msa::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MSA_SKIP_WITHOUT_GPU();
   const RouteCase& c = GetParam();
   msa::bench::WorkloadSpec spec;
   spec.shape = {.h_q = c.h_q, .h_kv = c.h_kv, .d = 128, .topk = c.topk};

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "core/batch.h"
@@ -183,6 +184,11 @@ class PrefillCuda final : public SparsePrefill::Impl {
     const bool use_union = path == PrefillPath::kTileUnion || (path == PrefillPath::kAuto && routed_);
     MSA_REQUIRE(!use_union || a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
                 "the tile-union prefill reads top-k rows with a contiguous last dim");
+    const std::int64_t q_per_tile = tile_union_queries_per_tile(shape.group());
+    MSA_REQUIRE(!use_union || shape.h_kv * ((planned_total_q_ + q_per_tile - 1) / q_per_tile) <= INT32_MAX / 2,
+                "q.shape[0]", std::to_string(planned_total_q_),
+                "the tile-union prefill numbers (KV head, query tile) pairs in 32 bits: h_kv * ceil(total_q / " +
+                    std::to_string(q_per_tile) + ") must be < 2^30");
     // Strict mode: every value check of the CPU backend (page table entries, sinks, top-k
     // rows, lengths) on host copies, before anything is launched.
     if (options.strict) strict_run_check(a, stream);

@@ -8,6 +8,7 @@
 #include <cub/device/device_select.cuh>
 #include <string>
 
+#include "core/check.h"
 #include "core/plan_encoding.h"
 #include "core/tile_route.h"
 #include "cuda/common/check.h"
@@ -69,14 +70,11 @@ __global__ void __launch_bounds__(kWarps * 32) tile_route_kernel(const TileRoute
   }
 }
 
+// The operator layer validated the problem (prefill_workspace() bounds the tile count).
 void check(const TileRouteParams& p) {
-  if (p.topk < 1 || p.topk > kTileUnionMaxTopk || p.q_per_tile < 1 || p.q_per_tile > kTileUnionMaxQueries ||
-      p.batch < 1)
-    throw Error("tile_route", "topk " + std::to_string(p.topk) + ", q_per_tile " + std::to_string(p.q_per_tile),
-                "expected topk in 1..32, q_per_tile in 1..16 and batch >= 1");
-  if (tile_route_tiles(p.h_kv, p.total_q, p.q_per_tile) > INT_MAX)
-    throw Error("tile_route", std::to_string(tile_route_tiles(p.h_kv, p.total_q, p.q_per_tile)) + " tiles",
-                "the routing numbers tiles in 32 bits");
+  MSA_ASSERT(p.topk >= 1 && p.topk <= kTileUnionMaxTopk && p.q_per_tile >= 1 && p.q_per_tile <= kTileUnionMaxQueries &&
+             p.batch >= 1);
+  MSA_ASSERT(tile_route_tiles(p.h_kv, p.total_q, p.q_per_tile) <= INT_MAX / 2);
 }
 
 }  // namespace
