@@ -25,8 +25,11 @@ function(msa_get_cutlass out_var)
         RESULT_VARIABLE rc)
       file(GLOB wheel "${root}/wheel/nvidia_cutlass-*.whl")
       if(NOT rc EQUAL 0 OR NOT wheel)
-        message(FATAL_ERROR "msa: pip could not download nvidia-cutlass==${MSA_CUTLASS_VERSION}; "
-                            "pass -DMSA_CUTLASS_DIR= or -DMSA_CUTLASS_WHEEL= instead")
+        message(FATAL_ERROR "msa: pip could not download nvidia-cutlass==${MSA_CUTLASS_VERSION} (no network?); "
+                            "pass -DMSA_CUTLASS_DIR=<folder with cute/ and cutlass/> or "
+                            "-DMSA_CUTLASS_WHEEL=<nvidia_cutlass wheel> (scripts/prepare_offline.sh fetches it "
+                            "on a machine with network), or build the CPU backend alone: "
+                            "cmake --preset cpu (-DMSA_ENABLE_CUDA=OFF)")
       endif()
     endif()
     message(STATUS "msa: unpacking ${wheel}")
