@@ -1,0 +1,131 @@
+// The msa extension module (msa._msa): the C++ operator objects over DLPack tensors, and
+// msa::Error as the Python exception msa.Error (a ValueError) carrying the argument and value.
+// The Python package (python/msa/) builds the Pythonic layer and the MSA wrappers on top.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "msa/msa.h"
+#include "tensor_view.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace msa::python {
+namespace {
+
+PyObject* g_error = nullptr;  // msa.Error
+
+cudaStream_t to_stream(std::uintptr_t handle) { return reinterpret_cast<cudaStream_t>(handle); }
+
+Backend backend_of(const std::string& name) {
+  if (name == "cpu") return Backend::kCpu;
+  if (name == "cuda") return Backend::kCuda;
+  throw Error("backend", name, "expected 'cpu' or 'cuda'");
+}
+
+PrefillPath path_of(const std::string& name) {
+  if (name == "auto") return PrefillPath::kAuto;
+  if (name == "block_major") return PrefillPath::kBlockMajor;
+  if (name == "tile_union") return PrefillPath::kTileUnion;
+  throw Error("prefill_path", name, "expected 'auto', 'block_major' or 'tile_union'");
+}
+
+Options options_of(const std::string& backend, bool strict, int q_per_item, const std::string& prefill_path) {
+  Options o;
+  o.backend = backend_of(backend);
+  o.strict = strict;
+  o.q_per_item = q_per_item;
+  o.prefill_path = path_of(prefill_path);
+  return o;
+}
+
+VarlenBatch batch_of(const Array& cu_seqlens_q, const Array& k_len) {
+  return VarlenBatch{to_view(cu_seqlens_q, "cu_seqlens_q"), to_view(k_len, "k_len")};
+}
+
+class PySparsePrefill {
+ public:
+  PySparsePrefill(int h_q, int h_kv, int d, int topk, float scale, const std::string& backend, bool strict,
+                  int q_per_item, const std::string& prefill_path)
+      : op_(AttentionShape{h_q, h_kv, d, topk, scale}, options_of(backend, strict, q_per_item, prefill_path)) {}
+
+  void plan(const Array& cu_seqlens_q, const Array& k_len, const Array& topk, std::optional<std::int64_t> max_k_len,
+            std::uintptr_t stream) {
+    const VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
+    const TensorView ids = to_view(topk, "topk");
+    nb::gil_scoped_release release;
+    if (max_k_len.has_value()) op_.plan(batch, ids, *max_k_len, to_stream(stream));
+    else op_.plan(batch, ids, to_stream(stream));
+  }
+
+  void run(const Array& q, const Array& k, const Array& v, const Array& out, const Array& cu_seqlens_q,
+           const Array& k_len, const Array& topk, const std::optional<Array>& page_table,
+           const std::optional<Array>& cu_seqlens_k, const std::optional<Array>& sinks, const std::optional<Array>& lse,
+           std::uintptr_t stream) {
+    PrefillArgs a;
+    a.q = to_view(q, "q");
+    a.kv = KvCache{to_view(k, "k"), to_view(v, "v"), to_view(page_table, "page_table"),
+                   to_view(cu_seqlens_k, "cu_seqlens_k")};
+    a.batch = batch_of(cu_seqlens_q, k_len);
+    a.topk = to_view(topk, "topk");
+    a.sinks = to_view(sinks, "sinks");
+    a.out = to_view(out, "out");
+    a.lse = to_view(lse, "lse");
+    nb::gil_scoped_release release;
+    op_.run(a, to_stream(stream));
+  }
+
+  std::size_t workspace_bytes(std::int64_t batch, std::int64_t total_q, std::int64_t max_k_len) const {
+    return SparsePrefill::workspace_bytes(op_.shape(), ProblemSize{batch, total_q, max_k_len}, op_.options());
+  }
+
+ private:
+  SparsePrefill op_;
+};
+
+}  // namespace
+}  // namespace msa::python
+
+NB_MODULE(_msa, m) {
+  using namespace msa::python;
+  m.doc() = "msa: MiniMax Sparse Attention for NVIDIA Hopper (C++ operators over DLPack tensors)";
+
+  g_error = PyErr_NewExceptionWithDoc(
+      "msa.Error",
+      "An argument msa rejects: .argument names it (e.g. 'q.shape[2]'), .value is what it held, "
+      ".message says why. A ValueError.",
+      PyExc_ValueError, nullptr);
+  m.attr("Error") = nb::handle(g_error);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const msa::Error& e) {
+      nb::object err = nb::steal(PyObject_CallFunction(g_error, "s", e.what()));
+      if (!err.is_valid()) return;  // the call set a Python error already
+      err.attr("argument") = nb::str(e.argument().c_str());
+      err.attr("value") = nb::str(e.value().c_str());
+      err.attr("message") = nb::str(e.message().c_str());
+      PyErr_SetObject(g_error, err.ptr());
+    }
+  });
+
+  m.def("version", [] { return std::string(msa::version_string()); }, "The library version, 'major.minor.patch'.");
+  m.def("cuda_available", &msa::cuda_available,
+        "True when this build has the CUDA backend and a CUDA device is visible.");
+
+  nb::class_<PySparsePrefill>(m, "SparsePrefill", "msa::SparsePrefill: plan(), then run() (spec §1-3).")
+      .def(nb::init<int, int, int, int, float, const std::string&, bool, int, const std::string&>(), "h_q"_a,
+           "h_kv"_a, "d"_a = 128, "topk"_a = 16, "scale"_a = 0.f, "backend"_a = "cpu", "strict"_a = false,
+           "q_per_item"_a = 64, "prefill_path"_a = "auto")
+      .def("plan", &PySparsePrefill::plan, "cu_seqlens_q"_a, "k_len"_a, "topk"_a, "max_k_len"_a = nb::none(),
+           "stream"_a = 0)
+      .def("run", &PySparsePrefill::run, "q"_a, "k"_a, "v"_a, "out"_a, "cu_seqlens_q"_a, "k_len"_a, "topk"_a,
+           "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "sinks"_a = nb::none(), "lse"_a = nb::none(),
+           "stream"_a = 0)
+      .def("workspace_bytes", &PySparsePrefill::workspace_bytes, "batch"_a, "total_q"_a, "max_k_len"_a);
+}
