@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/plan_encoding.h"  // MSA_HOST_DEVICE
+
 namespace msa {
 
 // Tiles are those of the tile-union kernel: q_per_tile consecutive packed queries of one KV
@@ -23,10 +25,7 @@ constexpr std::int64_t tiles_per_head(std::int64_t total_q, int q_per_tile) {
 // Measured per call (docs/performance.md, step 8) the union path wins while the union is well
 // below a third of the edges (tile-shared: 1/8, 2.1x faster); at clustered(0.25), just under a
 // third, it is 14% slower, at random 32k (about 0.85) 2x slower. The cut is a quarter.
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-constexpr bool union_path_wins(std::uint64_t union_blocks, std::uint64_t edges) {
+MSA_HOST_DEVICE constexpr bool union_path_wins(std::uint64_t union_blocks, std::uint64_t edges) {
   return 4 * union_blocks <= edges;
 }
 

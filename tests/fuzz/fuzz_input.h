@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "core/half.h"
 #include "msa/msa.h"
 
 namespace msa_fuzz {
@@ -135,48 +136,11 @@ struct Rng {
   }
 };
 
-inline std::uint16_t to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-inline float from_bf16(std::uint16_t h) {
-  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline std::uint16_t to_fp16(float f) {
-  std::uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const std::uint32_t sign = (x >> 16) & 0x8000u;
-  const std::uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);
-  if (ax >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (ax < 0x38800000u) {  // half subnormal or zero
-    float a;
-    std::memcpy(&a, &ax, 4);
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(a * 16777216.f)));
-  }
-  std::uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax >> 13) & 0x3ffu);
-  const std::uint32_t rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
-  return static_cast<std::uint16_t>(sign | h);
-}
-inline float from_fp16(std::uint16_t h) {
-  const std::uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  float v;
-  if (e == 0) {
-    v = std::ldexp(static_cast<float>(m), -24);
-  } else if (e == 31) {
-    v = m ? kNaN : kInf;
-  } else {
-    v = std::ldexp(static_cast<float>(m | 0x400u), static_cast<int>(e) - 25);
-  }
-  return (h & 0x8000u) ? -v : v;
-}
+// 16-bit conversions: the library's (round to nearest even, NaN kept), under the harness's names.
+inline std::uint16_t to_bf16(float f) { return msa::float_to_bf16(f); }
+inline float from_bf16(std::uint16_t h) { return msa::bf16_to_float(h); }
+inline std::uint16_t to_fp16(float f) { return msa::float_to_fp16(f); }
+inline float from_fp16(std::uint16_t h) { return msa::fp16_to_float(h); }
 
 inline std::size_t elem_size(DType t) { return msa::dtype_size(t); }
 

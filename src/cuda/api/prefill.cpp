@@ -27,11 +27,10 @@ namespace msa::cuda {
 
 namespace {
 
+// The head dims of the built instances (topk, group and the rest are validate_shape's).
 void check_prefill_shape(const AttentionShape& shape) {
   MSA_REQUIRE(prefill_head_dim_built(shape.d), "shape.d", std::to_string(shape.d),
               "the CUDA sparse prefill supports head dim 128 only (for now)");
-  MSA_REQUIRE(shape.topk >= 1 && shape.topk <= 32, "shape.topk", std::to_string(shape.topk),
-              "the CUDA sparse prefill supports topk in 1..32");
 }
 
 class PrefillCuda final : public SparsePrefill::Impl {

@@ -10,8 +10,6 @@
 namespace msa::cuda {
 
 void check_cuda_prefill(const AttentionShape& shape, const PrefillArgs& a, std::int64_t total_q) {
-  MSA_REQUIRE(shape.topk >= 1 && shape.topk <= kTileUnionMaxTopk, "shape.topk", std::to_string(shape.topk),
-              "the CUDA sparse prefill supports topk in 1..32");
   MSA_REQUIRE(std::int64_t(shape.topk) * total_q <= INT32_MAX, "q.shape[0]", std::to_string(total_q),
               "the CUDA sparse prefill needs topk * total_q < 2^31 (32-bit TMA coordinates)");
   const std::int64_t kv_extent = a.kv.k.dim(0);  // pages, or flat rows

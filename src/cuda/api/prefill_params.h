@@ -11,9 +11,8 @@
 
 namespace msa::cuda {
 
-// The CUDA prefill's own limits, named by argument: top-k width, head dim of a built instance
-// (dispatch.h), and the 32-bit TMA coordinates (topk * total_q rows of o_partial, K/V pages or
-// rows). Call after validate_prefill.
+// The CUDA prefill's own limits, named by argument: the 32-bit TMA coordinates (topk * total_q
+// rows of o_partial, K/V pages or rows). Call after validate_prefill.
 void check_cuda_prefill(const AttentionShape& shape, const PrefillArgs& a, std::int64_t total_q);
 
 // The attention problem of one run(): a's tensors (device-resident batch) and w's partials.

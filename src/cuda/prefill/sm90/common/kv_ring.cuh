@@ -1,6 +1,6 @@
 // The K/V ring of both sm_90a prefill kernels: one 128-token block of one KV head loaded with
 // TMA into a 2-stage ring (one box per page and column half), the V rows past k_len zeroed, and
-// the valid-page mask of a block. The loader warp of each kernel calls load_kv_stage once per
+// the valid-page mask of a block. The loader warp of each kernel calls KvLoader::load once per
 // block it streams; the consumers release a stage through k_empty / v_empty.
 #pragma once
 
@@ -109,39 +109,6 @@ __device__ __forceinline__ void zero_tail(typename Traits::Element* dst, int tok
   cutlass::arch::fence_view_async_shared();
 }
 
-// Loads one block's K and V (tokens [block_start, block_start + 128) of request b, KV head
-// kv_head) into stage use & 1 of the ring, after waiting for the stage to be free. A block that
-// ends past k_len has its V rows there zeroed before v_full completes (stale cache memory may
-// hold NaN, and P = 0 times NaN is NaN): its V goes through the loader's v_tail barrier first.
-// One warp; tail_phase is v_tail's parity.
-template <class Traits>
-__device__ __forceinline__ void load_kv_stage(const AttentionParams& p, const PrefillTma& tma, KvRing<Traits>& ring,
-                                              std::uint32_t use, int kv_head, int b, int block_start, int k_len,
-                                              std::uint32_t& tail_phase, int lane) {
-  constexpr std::uint32_t kBytes = Traits::kBlockBytes;
-  const int s = static_cast<int>(use & 1u);
-  Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
-  if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.k_full[s], kBytes);
-  __syncwarp();
-  load_block<Traits>(p, &tma.k, tma.kv_box_rows, kv_head, b, block_start, k_len, ring.k[s], &ring.k_full[s], lane);
-  Barrier64::wait(&ring.v_empty[s], phase_of(use) ^ 1u);
-  // Tested on the unclamped distance: a whole block below k_len.
-  if (k_len - block_start >= Traits::kBlockN) {
-    if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.v_full[s], kBytes);
-    __syncwarp();
-    load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, ring.v[s], &ring.v_full[s], lane);
-  } else {
-    if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.v_tail, kBytes);
-    __syncwarp();
-    load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, ring.v[s], &ring.v_tail, lane);
-    Barrier64::wait(&ring.v_tail, tail_phase);
-    tail_phase ^= 1u;
-    zero_tail<Traits>(ring.v[s], max(0, k_len - block_start), lane);
-    __syncwarp();
-    if (lane == 0) Barrier64::arrive(&ring.v_full[s]);
-  }
-}
-
 // The loader warp's side of the ring: the blocks it streams, in order, each into the next stage.
 template <class Traits>
 struct KvLoader {
@@ -151,8 +118,35 @@ struct KvLoader {
   std::uint32_t use = 0;         // blocks loaded so far
   std::uint32_t tail_phase = 0;  // v_tail's parity
 
+  // Loads one block's K and V (tokens [block_start, block_start + 128) of request b, KV head
+  // kv_head) into stage use & 1, after waiting for the stage to be free. A block that ends past
+  // k_len has its V rows there zeroed before v_full completes (stale cache memory may hold NaN,
+  // and P = 0 times NaN is NaN): its V goes through the loader's v_tail barrier first. One warp.
   __device__ __forceinline__ void load(int kv_head, int b, int block_start, int k_len) {
-    load_kv_stage<Traits>(p, tma, ring, use++, kv_head, b, block_start, k_len, tail_phase, opaque_tid());
+    constexpr std::uint32_t kBytes = Traits::kBlockBytes;
+    const int lane = opaque_tid();
+    const int s = static_cast<int>(use & 1u);
+    Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
+    if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.k_full[s], kBytes);
+    __syncwarp();
+    load_block<Traits>(p, &tma.k, tma.kv_box_rows, kv_head, b, block_start, k_len, ring.k[s], &ring.k_full[s], lane);
+    Barrier64::wait(&ring.v_empty[s], phase_of(use) ^ 1u);
+    // Tested on the unclamped distance: a whole block below k_len.
+    if (k_len - block_start >= Traits::kBlockN) {
+      if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.v_full[s], kBytes);
+      __syncwarp();
+      load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, ring.v[s], &ring.v_full[s], lane);
+    } else {
+      if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.v_tail, kBytes);
+      __syncwarp();
+      load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, ring.v[s], &ring.v_tail, lane);
+      Barrier64::wait(&ring.v_tail, tail_phase);
+      tail_phase ^= 1u;
+      zero_tail<Traits>(ring.v[s], max(0, k_len - block_start), lane);
+      __syncwarp();
+      if (lane == 0) Barrier64::arrive(&ring.v_full[s]);
+    }
+    ++use;
   }
 };
 
