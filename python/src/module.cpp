@@ -80,6 +80,30 @@ class PySparsePrefill {
     op_.run(a, to_stream(stream));
   }
 
+  // Caller memory as the scratch: a contiguous buffer of any dtype on the backend's device (the
+  // Python side keeps it alive). None returns to memory the object allocates itself.
+  void set_workspace(const std::optional<Array>& buffer) {
+    if (!buffer.has_value()) {
+      op_.set_workspace(nullptr, 0);
+      return;
+    }
+    const Array& b = *buffer;
+    const bool on_cuda = b.device_type() == nb::device::cuda::value;
+    const bool want_cuda = op_.options().backend == Backend::kCuda;
+    if (on_cuda != want_cuda)
+      throw Error("workspace.device", on_cuda ? "cuda" : "DLPack device type " + std::to_string(b.device_type()),
+                  std::string("must be ") + (want_cuda ? "a CUDA" : "a CPU") + " buffer for the " +
+                      backend_name(op_.options().backend) + " backend");
+    std::int64_t expect = 1;
+    for (std::size_t i = b.ndim(); i-- > 0;) {
+      if (b.shape(i) != 1 && b.stride(i) != expect)
+        throw Error("workspace.stride[" + std::to_string(i) + "]", std::to_string(b.stride(i)),
+                    "the workspace must be one contiguous buffer");
+      expect *= static_cast<std::int64_t>(b.shape(i));
+    }
+    op_.set_workspace(static_cast<char*>(b.data_handle()) + b.byte_offset(), b.nbytes());
+  }
+
   std::size_t workspace_bytes(std::int64_t batch, std::int64_t total_q, std::int64_t max_k_len) const {
     return SparsePrefill::workspace_bytes(op_.shape(), ProblemSize{batch, total_q, max_k_len}, op_.options());
   }
@@ -127,5 +151,6 @@ NB_MODULE(_msa, m) {
       .def("run", &PySparsePrefill::run, "q"_a, "k"_a, "v"_a, "out"_a, "cu_seqlens_q"_a, "k_len"_a, "topk"_a,
            "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "sinks"_a = nb::none(), "lse"_a = nb::none(),
            "stream"_a = 0)
+      .def("set_workspace", &PySparsePrefill::set_workspace, "buffer"_a.none())
       .def("workspace_bytes", &PySparsePrefill::workspace_bytes, "batch"_a, "total_q"_a, "max_k_len"_a);
 }

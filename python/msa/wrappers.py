@@ -1,0 +1,283 @@
+"""The MSA inference wrappers: the class names, arguments and defaults of the MSA contract, so
+that an engine switches to msa by changing an import. Each keeps what plan() decided (the C++
+operator, its workspace, the batch and selection arrays, the output buffers) for run().
+
+Wrappers still to come, one per operator issue: BatchDecodeWithPagedKVCacheWrapper (decode),
+the indexer and top-k selection wrappers.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import _msa
+from ._arrays import dtype_name, empty, error, is_cuda, library_of, on_device_of, renamed, stream_of
+
+# The C++ layer's argument names, as the wrapper's caller spells them.
+_PREFILL_NAMES = {
+    "topk": "topk_indices",
+    "k_len": "cu_seqlens_k (as lengths) k_len",
+    "k": "paged_kv_cache[0]",
+    "v": "paged_kv_cache[1]",
+    "shape.h_q": "num_q_heads",
+    "shape.h_kv": "num_kv_heads",
+    "shape.topk": "topk_indices.shape[2]",
+    "shape.d": "head_dim",
+    "shape.scale": "sm_scale",
+    "workspace": "workspace_buffer",
+}
+
+
+def _int_arg(name: str, value, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise error(name, value, f"must be an int >= {minimum}")
+    return value
+
+
+def _dlpack_arg(name: str, value):
+    if not hasattr(value, "__dlpack_device__"):
+        raise error(name, type(value).__name__, "must be an array (PyTorch, NumPy or CuPy)")
+    return value
+
+
+class BatchPrefillWithPagedKVCacheWrapper:
+    """MSA sparse prefill (spec §1): plan() once per batch and selection, then run() per call.
+
+    ``workspace_buffer``: optional caller memory for the plan and the partial outputs (one
+    contiguous CUDA array, any dtype, at least :meth:`workspace_bytes` bytes); without it the
+    wrapper allocates its own in plan(), of the inputs' library and device, growing it only
+    when a larger problem needs more. run() never allocates, so it can be captured in a CUDA
+    graph (``torch.cuda.graph``) once plan() has run; replays read the same buffers, so new
+    contents of q and the caches (and a new plan() of the same sizes) are seen by the replay.
+
+    ``kv_layout``: ``"HND"`` for caches ``[num_pages, num_kv_heads, page_size, head_dim]`` (the
+    MSA layout) or ``"NHD"`` for ``[num_pages, page_size, num_kv_heads, head_dim]`` (token-major;
+    viewed, never copied). Beyond the MSA contract: ``backend`` (``"auto"`` follows
+    ``topk_indices``' device, or ``"cpu"`` / ``"cuda"``), ``strict`` (reject top-k rows that
+    break the producer contract, naming the first offending id), ``prefill_path`` (``"auto"``,
+    ``"block_major"``, ``"tile_union"``) and ``q_per_item``, as in :class:`msa.SparsePrefill`.
+    """
+
+    def __init__(self, workspace_buffer=None, kv_layout: str = "HND", *, backend: str = "auto",
+                 strict: bool = False, prefill_path: str = "auto", q_per_item: int = 64):
+        if kv_layout not in ("HND", "NHD"):
+            raise error("kv_layout", kv_layout, "expected 'HND' or 'NHD'")
+        if backend not in ("auto", "cpu", "cuda"):
+            raise error("backend", backend, "expected 'auto', 'cpu' or 'cuda'")
+        if workspace_buffer is not None:
+            _dlpack_arg("workspace_buffer", workspace_buffer)
+        self._user_workspace = workspace_buffer
+        self._kv_layout = kv_layout
+        self._backend = backend
+        self._options = (bool(strict), _int_arg("q_per_item", q_per_item, 1), prefill_path)
+        self._op = None
+        self._op_key = None
+        self._workspace = None  # the array set as the operator's scratch
+        self._planned = False
+        self._out = None
+        self._lse = None
+        self._k_len = None
+
+    # ---------------------------------------------------------------- plan
+
+    def plan(self, topk_indices, cu_seqlens_q, cu_seqlens_k, page_table, *, num_q_heads: int = 64,
+             num_kv_heads: int | None = None, total_k: int, total_rows: int, max_seqlen_q: int,
+             max_seqlen_k: int, causal: bool = True, sm_scale: float | None = None,
+             head_dim: int = 128, q_data_type="bfloat16") -> None:
+        """Plans a packed batch and its selection.
+
+        ``topk_indices [num_kv_heads, total_q, K]`` int32: batch-local block ids, ``-1``
+        padded. ``cu_seqlens_q [B + 1]`` and ``cu_seqlens_k [B + 1]`` int32: query and KV
+        offsets (request ``b`` has ``k_len = cu_seqlens_k[b + 1] - cu_seqlens_k[b]`` keys
+        including its new tokens). ``page_table [B, max_pages]`` int32, or ``None`` for flat
+        caches ``[total_k, num_kv_heads, head_dim]`` addressed by ``cu_seqlens_k``. Host sizes:
+        ``total_k = cu_seqlens_k[B]``, ``total_rows = sum_b ceil(k_len[b] / 128)``,
+        ``max_seqlen_q``, ``max_seqlen_k`` (bounds of the lengths; the plan is sized from
+        ``max_seqlen_k``). They are checked against the arrays when those are in host memory;
+        device-resident arrays are never read back (plan() does not synchronise).
+        ``causal`` must be True (MSA is bottom-right causal); ``sm_scale`` defaults to
+        ``1 / sqrt(head_dim)``. Beyond the contract: ``head_dim`` and ``q_data_type`` size the
+        output buffers the wrapper owns (used when run() gets no ``out``).
+        """
+        self._planned = False
+        _dlpack_arg("topk_indices", topk_indices)
+        _dlpack_arg("cu_seqlens_q", cu_seqlens_q)
+        _dlpack_arg("cu_seqlens_k", cu_seqlens_k)
+        if page_table is not None:
+            _dlpack_arg("page_table", page_table)
+        if causal is not True:
+            raise error("causal", causal, "MSA sparse attention is bottom-right causal; only causal=True exists")
+        if len(topk_indices.shape) != 3:
+            raise error("topk_indices.ndim", len(topk_indices.shape), "must be 3: [num_kv_heads, total_q, K]")
+        h_kv, total_q, topk = (int(n) for n in topk_indices.shape)
+        if num_kv_heads is not None and _int_arg("num_kv_heads", num_kv_heads, 1) != h_kv:
+            raise error("topk_indices.shape[0]", h_kv, f"must equal num_kv_heads = {num_kv_heads}")
+        h_q = _int_arg("num_q_heads", num_q_heads, 1)
+        d = _int_arg("head_dim", head_dim, 1)
+        sizes = dict(total_k=_int_arg("total_k", total_k), total_rows=_int_arg("total_rows", total_rows),
+                     max_seqlen_q=_int_arg("max_seqlen_q", max_seqlen_q),
+                     max_seqlen_k=_int_arg("max_seqlen_k", max_seqlen_k))
+        if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale) and sm_scale > 0):
+            raise error("sm_scale", sm_scale, "must be a finite float > 0 (or None: 1 / sqrt(head_dim))")
+        for name, a in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+            if len(a.shape) != 1 or dtype_name(a.dtype) != "int32":
+                raise error(f"{name}", f"{dtype_name(a.dtype)} of shape {tuple(a.shape)}", "must be a 1-D int32 array [B + 1]")
+        if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
+            raise error("cu_seqlens_k.shape[0]", cu_seqlens_k.shape[0],
+                        f"must equal cu_seqlens_q.shape[0] = {cu_seqlens_q.shape[0]}")
+        if is_cuda(cu_seqlens_k) != is_cuda(cu_seqlens_q):
+            raise error("cu_seqlens_k.device", "cuda" if is_cuda(cu_seqlens_k) else "cpu",
+                        "must be where cu_seqlens_q is")
+        if not is_cuda(cu_seqlens_k):
+            self._check_host_sizes(cu_seqlens_q, cu_seqlens_k, sizes)
+        batch = int(cu_seqlens_q.shape[0]) - 1
+        if batch < 0:
+            raise error("cu_seqlens_q.shape[0]", 0, "must be B + 1 >= 1")
+        backend = self._backend
+        if backend == "auto":
+            backend = "cuda" if is_cuda(topk_indices) else "cpu"
+        scale = 0.0 if sm_scale is None else float(sm_scale)
+
+        # New buffers (workspace, outputs) are made like this array: the first one on the
+        # backend's device; none on CUDA for backend="cuda" with host inputs leaves the scratch
+        # to the operator and asks run() for out.
+        like = next((a for a in (topk_indices, cu_seqlens_q, page_table)
+                     if a is not None and is_cuda(a) == (backend == "cuda")), None)
+        try:
+            key = (h_q, h_kv, d, topk, scale, backend) + self._options
+            if key != self._op_key:
+                self._op = None
+                self._op_key = None
+                self._op = _msa.SparsePrefill(h_q, h_kv, d, topk, scale, backend, *self._options)
+                self._op_key = key
+                self._workspace = None
+            self._workspace_needed = self._op.workspace_bytes(batch, total_q, sizes["max_seqlen_k"])
+            self._set_workspace(backend, like)
+            # k_len lives in a buffer of the wrapper, rewritten in place by each plan(): a run()
+            # captured in a graph keeps reading the current lengths.
+            xp = library_of(cu_seqlens_k, "cu_seqlens_k")
+            if self._k_len is None or not self._same_kind(self._k_len, cu_seqlens_k, (batch,), "int32"):
+                self._k_len = empty(cu_seqlens_k, (batch,), "int32", "cu_seqlens_k")
+            xp.subtract(cu_seqlens_k[1:], cu_seqlens_k[:-1], out=self._k_len)
+            with on_device_of(topk_indices):
+                self._op.plan(cu_seqlens_q, self._k_len, topk_indices, sizes["max_seqlen_k"],
+                              stream_of(None, cu_seqlens_q, topk_indices))
+        except _msa.Error as e:
+            raise renamed(e, _PREFILL_NAMES) from None
+
+        # Output buffers owned by the wrapper, reused by later plans of the same sizes.
+        q_type = dtype_name(q_data_type)
+        if q_type not in ("bfloat16", "float16"):
+            raise error("q_data_type", q_type, "expected bfloat16 or float16")
+        if like is None:
+            self._out = self._lse = None
+        else:
+            if self._out is None or not self._same_kind(self._out, like, (total_q, h_q, d), q_type):
+                self._out = empty(like, (total_q, h_q, d), q_type, "topk_indices")
+            if self._lse is None or not self._same_kind(self._lse, like, (total_q, h_q), "float32"):
+                self._lse = empty(like, (total_q, h_q), "float32", "topk_indices")
+
+        self._cu_seqlens_q = cu_seqlens_q
+        self._cu_seqlens_k = cu_seqlens_k
+        self._topk = topk_indices
+        self._page_table = page_table
+        self._q_type = q_type
+        self._total_k = sizes["total_k"]
+        self._planned = True
+
+    @staticmethod
+    def _same_kind(buf, like, shape, dtype: str) -> bool:
+        return (type(buf) is type(like) and tuple(buf.shape) == tuple(shape) and dtype_name(buf.dtype) == dtype
+                and buf.__dlpack_device__() == like.__dlpack_device__())
+
+    @staticmethod
+    def _check_host_sizes(cu_seqlens_q, cu_seqlens_k, sizes) -> None:
+        cu_q, cu_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        q_lens = [b - a for a, b in zip(cu_q, cu_q[1:])]
+        k_lens = [b - a for a, b in zip(cu_k, cu_k[1:])]
+        if cu_k and cu_k[0] != 0:
+            raise error("cu_seqlens_k[0]", cu_k[0], "must be 0")
+        for b, k in enumerate(k_lens):
+            if k < 0:
+                raise error(f"cu_seqlens_k[{b + 1}]", cu_k[b + 1], f"must be >= cu_seqlens_k[{b}] = {cu_k[b]}")
+        facts = {
+            "total_k": (cu_k[-1] if cu_k else 0, "must equal cu_seqlens_k[B] = {}", lambda v, f: v == f),
+            "total_rows": (sum((k + 127) // 128 for k in k_lens), "must equal sum_b ceil(k_len[b] / 128) = {}",
+                           lambda v, f: v == f),
+            "max_seqlen_q": (max(q_lens, default=0), "must be >= the longest query length {}", lambda v, f: v >= f),
+            "max_seqlen_k": (max(k_lens, default=0), "must be >= the longest KV length {}", lambda v, f: v >= f),
+        }
+        for name, (fact, message, ok) in facts.items():
+            if not ok(sizes[name], fact):
+                raise error(name, sizes[name], message.format(fact))
+
+    def _set_workspace(self, backend: str, like) -> None:
+        if self._user_workspace is not None:
+            if self._workspace is not self._user_workspace:
+                self._op.set_workspace(self._user_workspace)
+                self._workspace = self._user_workspace
+            return
+        if backend != "cuda" or like is None:
+            return  # the operator keeps its own scratch
+        needed = self._workspace_needed
+        if self._workspace is None or self._workspace.shape[0] < needed or \
+                self._workspace.__dlpack_device__() != like.__dlpack_device__():
+            self._op.set_workspace(None)
+            self._workspace = None
+            mib = 1 << 20
+            buf = empty(like, (max(mib, (needed + mib - 1) // mib * mib),), "uint8", "topk_indices")
+            self._op.set_workspace(buf)
+            self._workspace = buf
+
+    def workspace_bytes(self) -> int:
+        """The scratch bytes the last plan() needed: what a ``workspace_buffer`` must hold for a
+        problem of that size (plan the largest problem once to size one for graph capture)."""
+        if self._op is None:
+            raise error("plan", "none", "call plan() first")
+        return self._workspace_needed
+
+    # ---------------------------------------------------------------- run
+
+    def run(self, q, paged_kv_cache, *, out=None, lse=None, return_lse: bool = False, sinks=None):
+        """Sparse attention of ``q [total_q, num_q_heads, head_dim]`` over the planned selection
+        of ``paged_kv_cache = (k_cache, v_cache)``. Returns ``out`` (``[total_q, num_q_heads,
+        head_dim]``, q's dtype), or ``(out, lse)`` with ``return_lse`` (``lse [total_q,
+        num_q_heads]`` fp32, natural log). Given ``out`` / ``lse`` are written; otherwise the
+        wrapper's buffers are, and returned: the same arrays every run of this plan (clone to
+        keep one). Beyond the contract: ``sinks [num_q_heads]`` fp32 attention-sink logits."""
+        if not self._planned:
+            raise error("plan", "none", "call plan() before run()")
+        if not isinstance(paged_kv_cache, (tuple, list)) or len(paged_kv_cache) != 2:
+            raise error("paged_kv_cache", type(paged_kv_cache).__name__, "must be a (k_cache, v_cache) pair")
+        k, v = paged_kv_cache
+        _dlpack_arg("q", q)
+        _dlpack_arg("paged_kv_cache[0]", k)
+        _dlpack_arg("paged_kv_cache[1]", v)
+        paged = self._page_table is not None
+        if paged and self._kv_layout == "NHD":
+            for name, c in (("paged_kv_cache[0]", k), ("paged_kv_cache[1]", v)):
+                if len(c.shape) != 4:
+                    raise error(f"{name}.ndim", len(c.shape), "must be 4: [num_pages, page_size, num_kv_heads, head_dim]")
+            k, v = (c.swapaxes(1, 2) for c in (k, v))
+        if not paged and len(k.shape) == 3 and k.shape[0] < self._total_k:
+            raise error("paged_kv_cache[0].shape[0]", k.shape[0], f"must be >= total_k = {self._total_k} (flat cache)")
+        if out is None:
+            if dtype_name(q.dtype) != self._q_type:
+                raise error("q.dtype", dtype_name(q.dtype), f"differs from plan(q_data_type={self._q_type!r}), "
+                            "the dtype of the wrapper's output buffer")
+            if self._out is None:
+                raise error("out", "None", "plan() saw no array on the backend's device to make the output like; "
+                            "pass out= (and lse=)")
+            out = self._out
+        if lse is None and return_lse:
+            if self._lse is None:
+                raise error("lse", "None", "plan() saw no array on the backend's device to make lse like; pass lse=")
+            lse = self._lse
+        try:
+            with on_device_of(q):
+                self._op.run(q, k, v, out, self._cu_seqlens_q, self._k_len, self._topk,
+                             self._page_table, None if paged else self._cu_seqlens_k, sinks, lse,
+                             stream_of(None, q, out))
+        except _msa.Error as e:
+            raise renamed(e, _PREFILL_NAMES) from None
+        return (out, lse) if return_lse else out
