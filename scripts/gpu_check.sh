@@ -4,6 +4,8 @@
 # (default: $OUT or ./gpu_results).
 #   --bench      also run `msa bench prefill` (default suite) and dense attention beside it
 #   --sanitize   also run the CUDA prefill tests under compute-sanitizer memcheck and racecheck
+# When the Python package is built it also runs python/tests (pytest) and examples/, and with
+# --bench scripts/bench_python_overhead.py.
 #
 # The GPU machine has no network: it needs the pinned CUTLASS wheel and (if GoogleTest is not
 # installed there) GoogleTest sources in .cache/, which scripts/prepare_offline.sh fills on a
@@ -56,7 +58,24 @@ status "gtest skipped lines" "$skipped"
 run_rc=$?
 status "msa run" "rc $run_rc: $(tail -n 1 "$results/msa_run.txt")"
 
+# The Python package (staged in $build/python when nanobind was found): its tests with counts
+# (the CUDA ones need PyTorch), and the example.
+py_rc=0
+if [ -d "$build/python/msa" ]; then
+  PYTHONPATH="$build/python" python3 -m pytest -q -rs -p no:cacheprovider python/tests > "$results/pytest.log" 2>&1
+  py_rc=$?
+  status "pytest python/tests" "rc $py_rc: $(tail -n 1 "$results/pytest.log")"
+  PYTHONPATH="$build/python" python3 examples/prefill_paged.py > "$results/example.txt" 2>&1
+  ex_rc=$?
+  [ $ex_rc -ne 0 ] && py_rc=$ex_rc
+  status "examples/prefill_paged.py" "rc $ex_rc: $(tail -n 1 "$results/example.txt")"
+else
+  status "python package" "not built (pip install nanobind)"
+fi
+
 if [ $bench -eq 1 ]; then
+  [ -d "$build/python/msa" ] && PYTHONPATH="$build/python" python3 scripts/bench_python_overhead.py \
+    > "$results/bench_python.txt" 2>&1
   "$build/msa" bench prefill > "$results/bench_prefill.txt" 2>&1
   status "msa bench prefill" "rc $?"
   python3 scripts/bench_dense.py 8192 32768 > "$results/bench_dense.txt" 2>&1
@@ -74,9 +93,9 @@ fi
 
 echo
 cat "$results/msa_run.txt"
-[ $bench -eq 1 ] && cat "$results/bench_prefill.txt" "$results/bench_dense.txt"
+[ $bench -eq 1 ] && cat "$results/bench_prefill.txt" "$results/bench_dense.txt" "$results/bench_python.txt"
 echo
 grep -E "FAILED|Failure" "$results/ctest.log" | head -n 20
 echo "== summary"
 cat "$results/summary.txt"
-[ $ctest_rc -eq 0 ] && [ $run_rc -eq 0 ]
+[ $ctest_rc -eq 0 ] && [ $run_rc -eq 0 ] && [ $py_rc -eq 0 ]

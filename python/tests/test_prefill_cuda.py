@@ -251,8 +251,9 @@ def test_pythonic_layer_matches_cpu_backend_and_takes_a_stream():
     gpu = msa.SparsePrefill(8, 2, 128, 4, backend="cuda")
     out = torch.empty_like(p["q"])
     lse = torch.empty(p["q"].shape[:2], device=DEV)
-    s = torch.cuda.Stream()
     k_len_dev = k_len.to(DEV)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # the inputs were made on the current stream
     gpu.plan(p["cu_q"], k_len_dev, p["topk_ids"], max_k_len=p["max_k"], stream=s)
     gpu.run(p["q"], p["k"], p["v"], out, p["cu_q"], k_len_dev, p["topk_ids"], cu_seqlens_k=p["cu_k"], lse=lse,
             stream=s.cuda_stream)  # an int handle

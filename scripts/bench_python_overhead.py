@@ -1,0 +1,80 @@
+"""Host cost of the Python layer: how long the MSA wrapper's plan() and run() take on the CPU
+per call, against the GPU time of the same run() replayed in a CUDA graph, on a small chunk (where
+a serving engine feels fixed costs most) and a larger one.
+
+    PYTHONPATH=build/gpu/python python3 scripts/bench_python_overhead.py
+
+Host times are the mean wall time of many back-to-back calls that only enqueue work, measured
+after the GPU has caught up, so they are what the calling thread spends per call (argument checks,
+DLPack conversion, stream lookup, the C++ launch path). They overlap with the GPU when the GPU is
+the slower side.
+"""
+
+import math
+import time
+
+import torch
+
+import msa
+
+DEV = "cuda"
+
+
+def problem(q_len, k_len, h_q=64, h_kv=4, topk=16, page=128):
+    torch.manual_seed(0)
+    pages = math.ceil(k_len / page)
+    k_cache = torch.randn(pages, page, h_kv, 128, device=DEV, dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    table = torch.arange(pages, dtype=torch.int32, device=DEV)[None]
+    cu_q = torch.tensor([0, q_len], dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor([0, k_len], dtype=torch.int32, device=DEV)
+    local = (k_len - q_len + torch.arange(q_len, device=DEV)) // 128
+    r = torch.rand(h_kv, q_len, pages, device=DEV)
+    r[..., torch.arange(pages, device=DEV)[None, :] >= local[:, None]] = -1
+    best, ids = r.topk(min(topk - 1, pages), dim=-1)
+    ids = torch.where(best >= 0, ids, -1)
+    row = torch.full((h_kv, q_len, topk), -1, dtype=torch.int64, device=DEV)
+    row[..., : ids.shape[-1]] = ids
+    row.scatter_(-1, (ids >= 0).sum(-1, keepdim=True), local.expand(h_kv, q_len)[..., None])
+    q = torch.randn(q_len, h_q, 128, device=DEV, dtype=torch.bfloat16)
+    plan_args = dict(num_q_heads=h_q, num_kv_heads=h_kv, total_k=k_len, total_rows=pages, max_seqlen_q=q_len,
+                     max_seqlen_k=k_len)
+    return row.to(torch.int32), cu_q, cu_k, table, q, (k_cache, v_cache), plan_args
+
+
+def host_us(fn, calls=300):
+    fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def graph_us(fn, replays=200):
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        g.replay()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / replays * 1e3
+
+
+print(f"{'case':<24} {'plan host us':>13} {'run host us':>12} {'run GPU us (graph)':>19}")
+for q_len, k_len in ((171, 55_000), (2048, 65_536), (8192, 8192)):
+    topk, cu_q, cu_k, table, q, kv, args = problem(q_len, k_len)
+    w = msa.BatchPrefillWithPagedKVCacheWrapper(kv_layout="NHD")
+    w.plan(topk, cu_q, cu_k, table, **args)
+    plan_host = host_us(lambda: w.plan(topk, cu_q, cu_k, table, **args))
+    run_host = host_us(lambda: w.run(q, kv))
+    run_gpu = graph_us(lambda: w.run(q, kv))
+    print(f"{f'q {q_len} on k {k_len}':<24} {plan_host:>13.1f} {run_host:>12.1f} {run_gpu:>19.1f}")
