@@ -69,12 +69,20 @@ def graph_us(fn, replays=200):
     return start.elapsed_time(stop) / replays * 1e3
 
 
-print(f"{'case':<24} {'plan host us':>13} {'run host us':>12} {'run GPU us (graph)':>19}")
+print(f"{'case':<24} {'plan host us':>13} {'(extension)':>12} {'run host us':>12} {'(extension)':>12} "
+      f"{'run GPU us (graph)':>19}")
 for q_len, k_len in ((171, 55_000), (2048, 65_536), (8192, 8192)):
     topk, cu_q, cu_k, table, q, kv, args = problem(q_len, k_len)
     w = msa.BatchPrefillWithPagedKVCacheWrapper(kv_layout="NHD")
     w.plan(topk, cu_q, cu_k, table, **args)
     plan_host = host_us(lambda: w.plan(topk, cu_q, cu_k, table, **args))
     run_host = host_us(lambda: w.run(q, kv))
+    # The extension object alone, with the arrays the wrapper would pass: the C++ host path plus
+    # the DLPack conversions, without the wrapper's Python.
+    op, lengths, stream = w._op, w._k_len, torch.cuda.current_stream().cuda_stream
+    k_hnd, v_hnd = (c.swapaxes(1, 2) for c in kv)
+    ext_plan = host_us(lambda: op.plan(cu_q, lengths, topk, args["max_seqlen_k"], stream))
+    ext_run = host_us(lambda: op.run(q, k_hnd, v_hnd, w._out, cu_q, lengths, topk, table, None, None, None, stream))
     run_gpu = graph_us(lambda: w.run(q, kv))
-    print(f"{f'q {q_len} on k {k_len}':<24} {plan_host:>13.1f} {run_host:>12.1f} {run_gpu:>19.1f}")
+    print(f"{f'q {q_len} on k {k_len}':<24} {plan_host:>13.1f} {ext_plan:>12.1f} {run_host:>12.1f} {ext_run:>12.1f} "
+          f"{run_gpu:>19.1f}")

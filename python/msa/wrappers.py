@@ -117,11 +117,16 @@ class BatchPrefillWithPagedKVCacheWrapper:
         sizes = dict(total_k=_int_arg("total_k", total_k), total_rows=_int_arg("total_rows", total_rows),
                      max_seqlen_q=_int_arg("max_seqlen_q", max_seqlen_q),
                      max_seqlen_k=_int_arg("max_seqlen_k", max_seqlen_k))
-        if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale) and sm_scale > 0):
+        if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale)
+                                         and sm_scale > 0):
             raise error("sm_scale", sm_scale, "must be a finite float > 0 (or None: 1 / sqrt(head_dim))")
+        q_type = dtype_name(q_data_type)
+        if q_type not in ("bfloat16", "float16"):
+            raise error("q_data_type", q_type, "expected bfloat16 or float16")
         for name, a in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
             if len(a.shape) != 1 or dtype_name(a.dtype) != "int32":
-                raise error(f"{name}", f"{dtype_name(a.dtype)} of shape {tuple(a.shape)}", "must be a 1-D int32 array [B + 1]")
+                raise error(name, f"{dtype_name(a.dtype)} of shape {tuple(a.shape)}",
+                            "must be a 1-D int32 array [B + 1]")
         if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
             raise error("cu_seqlens_k.shape[0]", cu_seqlens_k.shape[0],
                         f"must equal cu_seqlens_q.shape[0] = {cu_seqlens_q.shape[0]}")
@@ -166,9 +171,6 @@ class BatchPrefillWithPagedKVCacheWrapper:
             raise renamed(e, _PREFILL_NAMES) from None
 
         # Output buffers owned by the wrapper, reused by later plans of the same sizes.
-        q_type = dtype_name(q_data_type)
-        if q_type not in ("bfloat16", "float16"):
-            raise error("q_data_type", q_type, "expected bfloat16 or float16")
         if like is None:
             self._out = self._lse = None
         else:
@@ -257,7 +259,8 @@ class BatchPrefillWithPagedKVCacheWrapper:
         if paged and self._kv_layout == "NHD":
             for name, c in (("paged_kv_cache[0]", k), ("paged_kv_cache[1]", v)):
                 if len(c.shape) != 4:
-                    raise error(f"{name}.ndim", len(c.shape), "must be 4: [num_pages, page_size, num_kv_heads, head_dim]")
+                    raise error(f"{name}.ndim", len(c.shape),
+                                "must be 4: [num_pages, page_size, num_kv_heads, head_dim]")
             k, v = (c.swapaxes(1, 2) for c in (k, v))
         if not paged and len(k.shape) == 3 and k.shape[0] < self._total_k:
             raise error("paged_kv_cache[0].shape[0]", k.shape[0], f"must be >= total_k = {self._total_k} (flat cache)")

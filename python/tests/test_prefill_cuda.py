@@ -392,7 +392,9 @@ def test_errors_at_the_dlpack_boundary():
     expect_error("cu_seqlens_q.stride[0]", w.plan, p["topk_ids"], wide[::2][: len(p["k_lens"]) + 1].copy_(p["cu_q"]),
                  p["cu_k"], None, num_q_heads=8, total_k=p["total_k"], total_rows=p["total_rows"], max_seqlen_q=40,
                  max_seqlen_k=300)
-    # Nothing was written by a rejected run.
+    # A rejected plan() leaves no plan behind; with a new one, a rejected run writes nothing.
+    expect_error("plan", w.run, p["q"], kv)
+    plan(w, p)
     out = torch.full_like(p["q"], 7.0)
     expect_error("sinks.shape[0]", w.run, p["q"], kv, out=out, sinks=torch.zeros(3, device=DEV))
     assert torch.all(out == 7.0)
