@@ -23,6 +23,7 @@
 
 #include "bench/device_fill.h"
 #include "bench/route_share.h"
+#include "tools/bench_device.h"
 #endif
 
 namespace msa::tool {
@@ -142,31 +143,6 @@ std::vector<BenchCase> default_suite() {
       suite.push_back(c);
     }
   return suite;
-}
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(what, cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-// A cudaMalloc'd buffer freed on scope exit.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(std::size_t bytes) { check(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256)), "cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)) {}
-  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
-};
-
-DeviceBuffer upload(const bench::HostTensor& t) {
-  DeviceBuffer d(t.bytes());
-  check(cudaMemcpy(d.ptr, t.raw(), t.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
-  return d;
-}
-
-TensorView on_device(TensorView v, void* ptr) {
-  v.data = ptr;
-  v.device = Device::kCuda;
-  return v;
 }
 
 struct Row {
@@ -295,11 +271,13 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
 
 int bench_command(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::fputs("usage: msa bench prefill [options]  (msa bench prefill --help)\n", args.empty() ? stderr : stdout);
+    std::fputs("usage: msa bench prefill|decode [options]  (msa bench prefill --help, msa bench decode --help)\n",
+               args.empty() ? stderr : stdout);
     return args.empty() ? kExitUsage : kExitPass;
   }
+  if (args[0] == "decode") return bench_decode_command({args.begin() + 1, args.end()});
   if (args[0] != "prefill")
-    throw UsageError("msa bench: unknown benchmark '" + args[0] + "' (available: prefill)");
+    throw UsageError("msa bench: unknown benchmark '" + args[0] + "' (available: prefill, decode)");
   BenchOptions o = parse_bench_options({args.begin() + 1, args.end()});
   if (o.help) {
     std::fputs(bench_usage().c_str(), stdout);

@@ -55,5 +55,7 @@ int run_command(const RunOptions& options);
 
 // `msa bench <benchmark> [options]` (tools/bench.cpp); returns the exit code.
 int bench_command(const std::vector<std::string>& args);
+// `msa bench decode` (tools/bench_decode.cpp), reached through bench_command.
+int bench_decode_command(const std::vector<std::string>& args);
 
 }  // namespace msa::tool

@@ -30,13 +30,22 @@ class SparseDecode {
   SparseDecode(SparseDecode&&) noexcept;
   SparseDecode& operator=(SparseDecode&&) noexcept;
 
+  // Scratch bytes of a decode of problem.batch = B requests, problem.total_q = B * Q query rows
+  // and seq_len up to problem.max_k_len (needs no GPU); with no set_workspace() the object
+  // allocates it in plan().
   static std::size_t workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                      const Options& options = {});
+  // Use caller memory (on the backend's device, 256-byte aligned) as the scratch.
   void set_workspace(void* data, std::size_t bytes);
 
-  // Fixes the batch geometry (B, Q, an upper bound of seq_len) that run() will see.
+  // Fixes the batch geometry that run() will see from host-known sizes only: B, Q and an upper
+  // bound of seq_len (0: none given; the CUDA backend then splits the work as for long
+  // requests). On CUDA it writes the decode's row offsets on `stream` and reads nothing back:
+  // capturable once the workspace is big enough.
   void plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len,
             cudaStream_t stream = nullptr);
+  // Reads seq_len, top-k, the page table and sinks on the device only (CUDA): one captured
+  // run() replays step after step with new contents in the same buffers. Never allocates.
   void run(const DecodeArgs& args, cudaStream_t stream = nullptr);
 
   struct Impl;

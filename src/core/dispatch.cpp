@@ -72,7 +72,11 @@ std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSiz
   validate_options(options);
   validate_problem(problem);
   if (options.backend == Backend::kCpu) return cpu::decode_workspace_bytes(shape, problem);
+#if MSA_WITH_CUDA
+  return cuda::decode_workspace_bytes(shape, problem, options);
+#else
   unsupported("sparse decode", options.backend);
+#endif
 }
 
 std::unique_ptr<SparsePrefill::Impl> make_prefill_impl(const AttentionShape& shape,

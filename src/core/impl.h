@@ -104,6 +104,8 @@ std::unique_ptr<TopK::Impl> make_topk();
 std::unique_ptr<Combine::Impl> make_combine();
 std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                     const Options& options);
+std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
+                                   const Options& options);
 bool device_present();
 }  // namespace cuda
 #endif

@@ -139,6 +139,7 @@ void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, G
   p.h_q = c.h_q;
   p.group = c.h_q / c.h_kv;
   p.topk = c.topk;
+  p.uniform_count = 1;
   p.out_fp16 = c.fp16_out;
   CUDA_OK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
   cudaStream_t stream = nullptr;

@@ -63,6 +63,7 @@ class CombineCuda final : public Combine::Impl {
     c.h_q = shape.h_q;
     c.group = shape.group();
     c.topk = shape.topk;
+    c.uniform_count = 1;  // unused: split_counts is given
     c.out_fp16 = args.out.dtype == DType::kFP16;
     dispatch_combine(args.o_partial.dtype, shape.d, [&]<DType kDtype, int kHeadDim>() {
       launch_combine<kDtype, kHeadDim>(c, stream, /*programmatic=*/false);

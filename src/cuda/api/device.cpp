@@ -25,7 +25,6 @@ int current_sm_count() {
 
 // Operators the CUDA backend does not implement yet: dispatch reports them as unsupported
 // (never a silent CPU fallback).
-std::unique_ptr<SparseDecode::Impl> make_decode() { return nullptr; }
 std::unique_ptr<Indexer::Impl> make_indexer() { return nullptr; }
 std::unique_ptr<TopK::Impl> make_topk() { return nullptr; }
 

@@ -38,15 +38,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
   PrefillCuda() = default;
   PrefillCuda(const PrefillCuda&) = delete;
   PrefillCuda& operator=(const PrefillCuda&) = delete;
-  ~PrefillCuda() override {
-    if (owned_ != nullptr) (void)cudaFree(owned_);
-  }
 
   void set_workspace(void* data, std::size_t bytes) override {
-    MSA_REQUIRE(reinterpret_cast<std::uintptr_t>(data) % 256 == 0, "workspace.data",
-                std::to_string(reinterpret_cast<std::uintptr_t>(data)), "must be 256-byte aligned");
-    borrowed_ = data;
-    borrowed_bytes_ = data != nullptr ? bytes : 0;
+    scratch_.borrow(data, bytes);
     planned_ = false;  // the plan lived in the previous workspace
   }
 
@@ -99,7 +93,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
 
     const ProblemSize problem{b_count, total_q, max_k_len};
     const std::size_t bytes = prefill_workspace(shape, problem, options, nullptr).bytes;
-    ws_ = prefill_workspace(shape, problem, options, workspace(bytes));
+    ws_ = prefill_workspace(shape, problem, options, scratch_.get(bytes));
 
     K2qDeviceInputs in{};
     if (host_batch) {
@@ -210,6 +204,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
     c.h_q = shape.h_q;
     c.group = shape.group();
     c.topk = shape.topk;
+    c.uniform_count = 1;  // tile-union rows (null split_counts): their one result in slot 0
     c.out_fp16 = a.out.dtype == DType::kFP16;
     // kTileUnion: the union kernel alone, every tile. kBlockMajor: the block-major kernel alone.
     // kAuto (routed in plan()): the union kernel takes the tiles on the plan's list, the
@@ -282,27 +277,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
     validate_prefill(shape, h, options, Device::kCpu);
   }
 
-  // The caller's memory (checked) or this object's, grown here (plan may allocate).
-  void* workspace(std::size_t bytes) {
-    if (borrowed_ != nullptr) {
-      MSA_REQUIRE(bytes <= borrowed_bytes_, "workspace.bytes", std::to_string(borrowed_bytes_),
-                  "too small: this plan needs " + std::to_string(bytes) + " (SparsePrefill::workspace_bytes)");
-      return borrowed_;
-    }
-    if (owned_bytes_ < bytes) {
-      if (owned_ != nullptr) MSA_CUDA_CHECK(cudaFree(owned_));  // waits for work still using it
-      owned_ = nullptr;
-      owned_bytes_ = 0;
-      MSA_CUDA_CHECK(cudaMalloc(&owned_, bytes));
-      owned_bytes_ = bytes;
-    }
-    return owned_;
-  }
-
-  void* borrowed_ = nullptr;
-  std::size_t borrowed_bytes_ = 0;
-  void* owned_ = nullptr;
-  std::size_t owned_bytes_ = 0;
+  DeviceScratch scratch_;  // the caller's workspace or this object's, grown by plan()
 
   bool planned_ = false;
   PlanInputs inputs_;

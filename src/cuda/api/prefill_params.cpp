@@ -17,30 +17,34 @@ void check_cuda_prefill(const AttentionShape& shape, const PrefillArgs& a, std::
               "the CUDA sparse prefill needs fewer than 2^31 K/V pages or rows (32-bit TMA coordinates)");
 }
 
+void set_kv_params(prefill_sm90::AttentionParams& p, const KvCache& kv) {
+  const TensorView& k = kv.k;
+  p.k = k.data;
+  p.v = kv.v.data;
+  if (kv.paged()) {
+    p.stride_kv_page = k.stride[0];
+    p.stride_kv_head = k.stride[1];
+    p.stride_kv_token = k.stride[2];
+    p.num_pages = k.dim(0);
+    p.page_size = static_cast<int>(k.dim(2));
+    p.page_table = kv.page_table.ptr<const std::int32_t>();
+    p.stride_page_table = kv.page_table.stride[0];
+    p.page_table_cols = kv.page_table.dim(1);
+  } else {
+    p.stride_kv_head = k.stride[1];
+    p.stride_kv_token = k.stride[0];
+    p.kv_rows = k.dim(0);
+    p.cu_seqlens_k = kv.cu_seqlens_k.ptr<const std::int32_t>();
+  }
+}
+
 prefill_sm90::AttentionParams attention_params(const AttentionShape& shape, const PrefillArgs& a, std::int64_t total_q,
                                                const PrefillWorkspace& w) {
   prefill_sm90::AttentionParams p{};
   p.q = a.q.data;
   p.stride_q_token = a.q.stride[0];
   p.stride_q_head = a.q.stride[1];
-  const TensorView& k = a.kv.k;
-  p.k = k.data;
-  p.v = a.kv.v.data;
-  if (a.kv.paged()) {
-    p.stride_kv_page = k.stride[0];
-    p.stride_kv_head = k.stride[1];
-    p.stride_kv_token = k.stride[2];
-    p.num_pages = k.dim(0);
-    p.page_size = static_cast<int>(k.dim(2));
-    p.page_table = a.kv.page_table.ptr<const std::int32_t>();
-    p.stride_page_table = a.kv.page_table.stride[0];
-    p.page_table_cols = a.kv.page_table.dim(1);
-  } else {
-    p.stride_kv_head = k.stride[1];
-    p.stride_kv_token = k.stride[0];
-    p.kv_rows = k.dim(0);
-    p.cu_seqlens_k = a.kv.cu_seqlens_k.ptr<const std::int32_t>();
-  }
+  set_kv_params(p, a.kv);
   p.cu_seqlens_q = a.batch.cu_seqlens_q.ptr<const std::int32_t>();
   p.k_len = a.batch.k_len.ptr<const std::int32_t>();
   p.o_partial = w.o_partial;
@@ -50,6 +54,7 @@ prefill_sm90::AttentionParams attention_params(const AttentionShape& shape, cons
   p.h_kv = shape.h_kv;
   p.group = shape.group();
   p.topk = shape.topk;
+  p.slots = shape.topk;
   p.scale_log2 = shape.softmax_scale() * kLog2e;
   return p;
 }
@@ -64,6 +69,7 @@ prefill_sm90::TileUnionParams tile_union_params(const prefill_sm90::AttentionPar
   u.stride_topk_token = a.topk.stride[1];
   u.batch = static_cast<int>(batch);
   u.q_per_tile = tile_union_queries_per_tile(attn.group);
+  u.splits = 1;
   u.tiles = std::int64_t(attn.h_kv) * ((attn.total_q + u.q_per_tile - 1) / u.q_per_tile);
   u.tile_list = tile_list;
   u.tile_count = tile_count;

@@ -15,6 +15,9 @@ namespace msa::cuda {
 // rows of o_partial, K/V pages or rows). Call after validate_prefill.
 void check_cuda_prefill(const AttentionShape& shape, const PrefillArgs& a, std::int64_t total_q);
 
+// The K/V fields of AttentionParams (paged or flat), shared with the decode (decode_params.h).
+void set_kv_params(prefill_sm90::AttentionParams& p, const KvCache& kv);
+
 // The attention problem of one run(): a's tensors (device-resident batch) and w's partials.
 prefill_sm90::AttentionParams attention_params(const AttentionShape& shape, const PrefillArgs& a, std::int64_t total_q,
                                                const PrefillWorkspace& w);

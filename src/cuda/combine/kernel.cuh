@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   const std::int64_t q = row / p.h_q;
   const int h = static_cast<int>(row - q * p.h_q);
   const int h_kv = p.h_q / p.group;
-  const int n = p.split_counts == nullptr ? 1 : min(max(p.split_counts[q * h_kv + h / p.group], 0), p.topk);
+  const int n = p.split_counts == nullptr ? p.uniform_count
+                                          : min(max(p.split_counts[q * h_kv + h / p.group], 0), p.topk);
   const float neg_inf = -__int_as_float(0x7f800000);
   // A sink that is not finite is ignored (docs/numerics.md), as on the CPU.
   const float sink_in = p.sinks != nullptr ? p.sinks[h] : neg_inf;

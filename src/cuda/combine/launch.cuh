@@ -15,7 +15,7 @@ namespace msa::cuda {
 template <DType kDtype, int kHeadDim>
 void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmatic) {
   const auto aligned16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-  MSA_ASSERT(p.topk >= 1 && p.topk <= 32 && p.group >= 1 && p.h_q >= 1 && p.h_q % p.group == 0 && p.total_q >= 0);
+  MSA_ASSERT(p.topk >= 1 && p.topk <= 32 && p.uniform_count >= 1 && p.uniform_count <= p.topk && p.group >= 1 && p.h_q >= 1 && p.h_q % p.group == 0 && p.total_q >= 0);
   MSA_ASSERT(aligned16(p.o_partial) && aligned16(p.out) && p.stride_out_token % 8 == 0 && p.stride_out_head % 8 == 0);
   if (p.total_q == 0) return;
   constexpr int kLanes = kHeadDim / 8;

@@ -10,7 +10,7 @@ struct CombineParams {
                                      // fp16), contiguous, 16-byte aligned
   const float* lse_partial;          // [topk, total_q, h_q] contiguous; natural log, -inf = empty
   const std::int32_t* split_counts;  // [total_q, h_kv] contiguous: slots 0..n-1 of a row are valid;
-                                     // null: every row has exactly slot 0
+                                     // null: every row has slots 0..uniform_count-1
   const float* sinks;                // [h_q] natural-log sink logits; may be null
   void* out;                         // [total_q, h_q, d] bf16 | fp16 (see out_fp16), last dim
                                      // contiguous, 16-byte aligned rows
@@ -21,6 +21,7 @@ struct CombineParams {
   int h_q;
   int group;      // h_q / h_kv
   int topk;       // slots of o_partial, 1..32
+  int uniform_count;  // 1..topk, the slots of every row when split_counts is null
   bool out_fp16;  // out is fp16 (else bf16)
 };
 

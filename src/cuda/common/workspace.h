@@ -45,4 +45,27 @@ class Arena {
   std::size_t used_ = 0;
 };
 
+// An operator's workspace memory: the caller's (borrow(), checked against each plan's need) or
+// the operator's own, allocated and grown by get() (called from plan() only: run() never
+// allocates).
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  ~DeviceScratch();
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+
+  // Caller memory (256-byte aligned, on the current device); null returns to owned memory.
+  void borrow(void* data, std::size_t bytes);
+  // `bytes` of workspace: the borrowed memory (an msa::Error naming workspace.bytes when it is
+  // too small) or the owned one, reallocated when it is smaller.
+  void* get(std::size_t bytes);
+
+ private:
+  void* borrowed_ = nullptr;
+  std::size_t borrowed_bytes_ = 0;
+  void* owned_ = nullptr;
+  std::size_t owned_bytes_ = 0;
+};
+
 }  // namespace msa::cuda

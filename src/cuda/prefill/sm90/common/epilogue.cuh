@@ -21,7 +21,7 @@ namespace msa::cuda::prefill_sm90 {
 struct RowDest {
   bool valid;              // a real (query, head) row that gets stored
   int h;                   // query head
-  int o_row;               // row of o_partial seen as [topk * total_q] (slot * total_q + query)
+  int o_row;               // row of o_partial seen as [slots * total_q] (slot * total_q + query)
   std::int64_t lse_index;  // element of lse_partial
 };
 

@@ -39,8 +39,9 @@ struct AttentionParams {
   const std::int32_t* k_len;         // [B]
 
   // Outputs: partials in the instance's dtype, normalised; LSE natural log, -inf = no visible key.
-  void* o_partial;     // [topk, total_q, h_q, d]
-  float* lse_partial;  // [topk, total_q, h_q]
+  void* o_partial;     // [slots, total_q, h_q, d]
+  float* lse_partial;  // [slots, total_q, h_q]
+  int slots;           // partial slots: topk for the prefill, the split count for the decode
 
   std::int64_t total_q;
   int h_q;
@@ -57,7 +58,7 @@ struct AttentionParams {
 // of all rows.
 struct PrefillTma {
   CUtensorMap q;          // q as [total_q][h_q][d]
-  CUtensorMap o_partial;  // o_partial as [topk * total_q][h_q][d]
+  CUtensorMap o_partial;  // o_partial as [slots * total_q][h_q][d]
   CUtensorMap k;
   CUtensorMap v;
   int q_box_rows;   // group when it divides 64, else 1

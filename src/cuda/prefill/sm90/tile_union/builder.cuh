@@ -23,18 +23,21 @@
 
 namespace msa::cuda::prefill_sm90 {
 
-// Queries [q0, q0 + nq) of one KV head: the tile-th (KV head, query tile) pair.
+// Queries [q0, q0 + nq) of one KV head, split `split` of their union: the tile-th tile.
 struct Tile {
   int kv_head;
   int q0;
   int nq;
+  int split;
 };
 
 __device__ __forceinline__ Tile make_tile(const TileUnionParams& p, int tile) {
-  const int per_head = static_cast<int>(p.tiles / p.attn.h_kv);
+  const int pair = tile / p.splits;
+  const int per_head = static_cast<int>(p.tiles / p.splits / p.attn.h_kv);
   Tile t;
-  t.kv_head = tile / per_head;
-  t.q0 = (tile - t.kv_head * per_head) * p.q_per_tile;
+  t.split = tile - pair * p.splits;
+  t.kv_head = pair / per_head;
+  t.q0 = (pair - t.kv_head * per_head) * p.q_per_tile;
   t.nq = static_cast<int>(min(std::int64_t(p.q_per_tile), p.attn.total_q - t.q0));
   return t;
 }
@@ -121,7 +124,11 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
       }
       base += __popc(ballot);
     }
-    if (bt == 0) list.size = base;
+    if (bt == 0) {
+      list.size = base;
+      list.begin = static_cast<int>(std::int64_t(base) * t.split / p.splits);
+      list.end = static_cast<int>(std::int64_t(base) * (t.split + 1) / p.splits);
+    }
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 5. Membership: query i selected union entry rank[first[e]]; and each entry's 16-token
@@ -130,7 +137,7 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
     const int f = smem.first[e];
     if (f >= 0) atomicOr(&list.members[smem.rank[f]], 1u << (e / topk));
   }
-  for (int u = bt; u < list.size; u += kBuilderThreads) {
+  for (int u = list.begin + bt; u < list.end; u += kBuilderThreads) {
     const std::int32_t key = list.block[u];
     const int seg = union_key::segment(key);
     list.chunks[u] = static_cast<std::uint8_t>(

@@ -21,6 +21,7 @@ struct UnionList {
   std::int32_t seg_b[kTileUnionMaxQueries];     // request of tile segment s
   std::int32_t seg_klen[kTileUnionMaxQueries];  // its k_len
   std::int32_t size;                            // union entries
+  std::int32_t begin, end;                      // the tile's split of them: entries [begin, end)
 };
 
 template <class Traits>

@@ -1,6 +1,7 @@
 // The sm_90a query-major tile-union sparse prefill kernel: a persistent loop over (KV head,
 // query tile) pairs (TileListSchedule: all of them, or the list PrefillPath::kAuto routed
-// here), warp specialised.
+// here), each run whole or as `splits` tiles over parts of its union (the decode's split-KV),
+// warp specialised.
 //
 // Producer warpgroup (40 registers):
 //   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
@@ -70,8 +71,8 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
     const int kv_head = make_tile(p, sched.tile(pos)).kv_head;
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
     const UnionList& list = smem.list[buf];
-    const int n = list.size;
-    for (int u = 0; u < n; ++u) {
+    const int end = list.end;
+    for (int u = list.begin; u < end; ++u) {
       const UnionEntry e = union_entry(list, u);
       kv.load(kv_head, e.b, e.block_start, e.k_len);
     }
@@ -97,7 +98,8 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     const Tile t = make_tile(p, sched.tile(pos));
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
     const UnionList& list = smem.list[buf];
-    const int n = list.size;
+    const int u0 = list.begin;  // the tile's split of the union: entries u0 + [0, n)
+    const int n = list.end - u0;
     // This thread's rows: tile query (31 for padding: no membership bit) and its position.
     int row_query[2], row_pos[2];
 #pragma unroll
@@ -107,8 +109,8 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       row_pos[half] = qi < t.nq ? list.q_pos[qi] : 0;
     }
     auto key_limits = [&](int u, int(&limit)[2]) {
-      const UnionEntry e = union_entry(list, u);
-      const std::uint32_t members = list.members[u];
+      const UnionEntry e = union_entry(list, u0 + u);
+      const std::uint32_t members = list.members[u0 + u];
 #pragma unroll
       for (int half = 0; half < 2; ++half)
         limit[half] = (members >> row_query[half]) & 1u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
@@ -148,7 +150,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
           Barrier64::arrive(&smem.kv.k_empty[s]);
           int limit[2];
           key_limits(u, limit);
-          softmax_online(acc_s, frag_p, acc_o, limit, list.chunks[u], p.attn.scale_log2, st, ct);
+          softmax_online(acc_s, frag_p, acc_o, limit, list.chunks[u0 + u], p.attn.scale_log2, st, ct);
         }
         if constexpr (kPv) Barrier64::arrive(&smem.kv.v_empty[sp]);
       };
@@ -158,12 +160,13 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     }
     use += n;
     Barrier64::arrive(&smem.list_empty[buf]);
-    // Every row's final result goes to slot 0.
+    // Every row's result over the split goes to slot t.split (0 without splits).
     const int rows = t.nq * group;
+    const std::int64_t slot_row = std::int64_t(t.split) * p.attn.total_q + t.q0;
     const auto target = [&](int r) {
       const int qi = r / group;
       const int h = t.kv_head * group + (r - qi * group);
-      return RowDest{r < rows, h, t.q0 + qi, std::int64_t(t.q0 + qi) * p.attn.h_q + h};
+      return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * p.attn.h_q + h};
     };
     store_tile<Traits>(tma, acc_o, st.m, st.l, smem.q[buf], p.attn.lse_partial, opaque_tid() - 128, target);
     Barrier64::arrive(&smem.q_empty[buf]);

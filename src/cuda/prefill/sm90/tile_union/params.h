@@ -9,16 +9,22 @@
 namespace msa::cuda::prefill_sm90 {
 
 struct TileUnionParams {
-  // Every (query, head) row of a tile it runs gets its final, normalised result in slot 0 of
-  // o_partial / lse_partial; the combine (split count 1 for those rows, or null split_counts)
-  // applies sinks and writes out / lse.
+  // Every (query, head) row of a tile it runs gets its normalised result over the tile's union
+  // (or over split s of it) in slot s of o_partial / lse_partial; the combine (split count 1 for
+  // those rows, or `splits` for all rows with null split_counts) applies sinks and writes out /
+  // lse.
   AttentionParams attn;
   const std::int32_t* topk;  // [h_kv, total_q, topk], last dim contiguous
   std::int64_t stride_topk_head;
   std::int64_t stride_topk_token;
   int batch;                       // B >= 1: cu_seqlens_q has B + 1 entries
   int q_per_tile;                  // tile_union_queries_per_tile(group)
-  std::int64_t tiles;              // h_kv * ceil(total_q / q_per_tile), numbered head-major
+  int splits;                      // 1..attn.slots: each (KV head, query tile) pair runs as this
+                                   // many tiles, split s taking union entries [n s / splits,
+                                   // n (s + 1) / splits) and writing slot s (split-KV decode);
+                                   // 1 for the prefill
+  std::int64_t tiles;              // h_kv * ceil(total_q / q_per_tile) * splits: tile = pair *
+                                   // splits + s, pairs numbered head-major
   const std::int32_t* tile_list;   // PrefillPath::kAuto: the tiles to run, ascending, the
   const std::int32_t* tile_count;  //   first *tile_count of [tiles]; null: every tile
 };

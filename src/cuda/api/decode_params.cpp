@@ -1,0 +1,116 @@
+#include "cuda/api/decode_params.h"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "core/check.h"
+#include "core/plan_encoding.h"
+#include "cuda/api/prefill_params.h"
+#include "cuda/common/workspace.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
+
+namespace msa::cuda {
+
+DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, int q_per_request,
+                               std::int64_t max_seq_len) {
+  DecodeGeometry g;
+  g.batch = batch;
+  g.q_per_request = q_per_request;
+  g.total_q = batch * q_per_request;
+  g.q_per_tile = tile_union_queries_per_tile(shape.group());
+  g.pairs = std::int64_t(shape.h_kv) * ((g.total_q + g.q_per_tile - 1) / g.q_per_tile);
+  // A pair's union holds at most (its queries) x min(topk, blocks of the longest request); with
+  // no bound on seq_len (0: sparse_decode()), assume requests of topk blocks or more.
+  const std::int64_t blocks = max_seq_len > 0 ? (max_seq_len + kBlockSize - 1) / kBlockSize : shape.topk;
+  const std::int64_t entries = std::min<std::int64_t>(g.q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks);
+  const std::int64_t by_ctas = g.pairs > 0 ? kDecodeCtaTarget / g.pairs : 1;
+  g.splits = static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1,
+                                                       kDecodeMaxSplits));
+  MSA_REQUIRE(g.pairs * g.splits <= INT32_MAX / 2, "batch", std::to_string(batch),
+              "the CUDA sparse decode numbers its tiles in 32 bits: h_kv * ceil(B * Q / " +
+                  std::to_string(g.q_per_tile) + ") must be < 2^30");
+  MSA_REQUIRE(std::int64_t(g.splits) * g.total_q <= INT32_MAX, "batch", std::to_string(batch),
+              "the CUDA sparse decode needs splits * B * Q < 2^31 (32-bit TMA coordinates)");
+  return g;
+}
+
+DecodeWorkspace decode_workspace(const AttentionShape& shape, const DecodeGeometry& g, void* base) {
+  Arena arena = base != nullptr ? Arena(base) : Arena();
+  DecodeWorkspace w;
+  w.cu_seqlens_q = arena.take<std::int32_t>(static_cast<std::size_t>(g.batch + 1));
+  const auto rows = static_cast<std::size_t>(g.splits) * static_cast<std::size_t>(g.total_q) *
+                    static_cast<std::size_t>(shape.h_q);
+  w.o_partial = arena.take_bytes(rows * static_cast<std::size_t>(shape.d) * 2);
+  w.lse_partial = arena.take<float>(rows);
+  w.bytes = arena.bytes();
+  return w;
+}
+
+void check_cuda_decode(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g) {
+  (void)shape;
+  (void)g;
+  const std::int64_t kv_extent = a.kv.k.dim(0);  // pages, or flat rows
+  MSA_REQUIRE(kv_extent <= INT32_MAX, "k.shape[0]", std::to_string(kv_extent),
+              "the CUDA sparse decode needs fewer than 2^31 K/V pages or rows (32-bit TMA coordinates)");
+  MSA_REQUIRE(a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
+              "the CUDA sparse decode reads top-k rows with a contiguous last dim");
+}
+
+prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shape, const DecodeArgs& a,
+                                                      const DecodeGeometry& g, const DecodeWorkspace& w) {
+  prefill_sm90::AttentionParams p{};
+  p.q = a.q.data;
+  p.stride_q_token = a.q.stride[0];
+  p.stride_q_head = a.q.stride[1];
+  set_kv_params(p, a.kv);
+  p.cu_seqlens_q = w.cu_seqlens_q;
+  p.k_len = a.seq_len.ptr<const std::int32_t>();
+  p.o_partial = w.o_partial;
+  p.lse_partial = w.lse_partial;
+  p.slots = g.splits;
+  p.total_q = g.total_q;
+  p.h_q = shape.h_q;
+  p.h_kv = shape.h_kv;
+  p.group = shape.group();
+  p.topk = shape.topk;
+  p.scale_log2 = shape.softmax_scale() * kLog2e;
+  return p;
+}
+
+prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn,
+                                                       const DecodeArgs& a, const DecodeGeometry& g) {
+  prefill_sm90::TileUnionParams u{};
+  u.attn = attn;
+  u.topk = a.topk.ptr<const std::int32_t>();
+  // [B * Q, h_kv, topk] (the MSA decode layout) or [h_kv, B * Q, topk].
+  u.stride_topk_head = a.topk_head_major ? a.topk.stride[0] : a.topk.stride[1];
+  u.stride_topk_token = a.topk_head_major ? a.topk.stride[1] : a.topk.stride[0];
+  u.batch = static_cast<int>(g.batch);
+  u.q_per_tile = g.q_per_tile;
+  u.splits = g.splits;
+  u.tiles = g.pairs * g.splits;
+  return u;
+}
+
+CombineParams decode_combine_params(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g,
+                                    const DecodeWorkspace& w) {
+  CombineParams c{};
+  c.o_partial = w.o_partial;
+  c.lse_partial = w.lse_partial;
+  c.split_counts = nullptr;
+  c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
+  c.out = a.out.data;
+  c.stride_out_token = a.out.stride[0];
+  c.stride_out_head = a.out.stride[1];
+  c.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
+  c.total_q = g.total_q;
+  c.h_q = shape.h_q;
+  c.group = shape.group();
+  c.topk = g.splits;
+  c.uniform_count = g.splits;
+  c.out_fp16 = a.out.dtype == DType::kFP16;
+  return c;
+}
+
+}  // namespace msa::cuda

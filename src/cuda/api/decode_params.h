@@ -1,0 +1,61 @@
+// The CUDA sparse decode's geometry, workspace and kernel parameters. The decode runs on the
+// query-major tile-union kernel (src/cuda/prefill/sm90/tile_union/): a varlen batch of B
+// requests of Q queries (cu_seqlens_q = 0, Q, 2Q, ...; k_len = seq_len), so each (KV head,
+// query tile) pair loads the union of its queries' blocks once for all their Q x G rows. When
+// the pairs alone would leave SMs idle, each pair runs as `splits` tiles over parts of its
+// union (split-KV), and the combine merges the splits' partials.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/combine/params.h"
+#include "cuda/prefill/sm90/tile_union/params.h"
+#include "msa/decode.h"
+
+namespace msa::cuda {
+
+// A split is worth its fixed cost (union build, Q load, a partial per row) only with this many
+// union entries on average; a plan never makes more than kDecodeMaxSplits (the combine's slots).
+inline constexpr int kDecodeMinEntriesPerSplit = 4;
+inline constexpr int kDecodeMaxSplits = 32;
+// The CTAs a split decode aims for: one wave on an H100 / H200 (132 SMs). A constant, not the
+// device's count, so that the split (and so the summation order) is the same on every device:
+// results are bitwise identical across GPUs, and workspace_bytes() needs no GPU.
+inline constexpr int kDecodeCtaTarget = 132;
+
+struct DecodeGeometry {
+  std::int64_t batch = 0;    // B
+  int q_per_request = 0;     // Q
+  std::int64_t total_q = 0;  // B * Q
+  int q_per_tile = 0;        // queries of a tile: tile_union_queries_per_tile(G)
+  std::int64_t pairs = 0;    // h_kv * ceil(total_q / q_per_tile)
+  int splits = 1;            // tiles per pair, 1..kDecodeMaxSplits
+};
+
+// From host-known sizes only (plan()): B, Q and a bound on seq_len. msa::Error on sizes the CUDA
+// decode cannot number in 32 bits.
+DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, int q_per_request,
+                               std::int64_t max_seq_len);
+
+// The workspace, carved from an Arena in this order (docs/layouts.md).
+struct DecodeWorkspace {
+  std::int32_t* cu_seqlens_q = nullptr;  // [B + 1] = 0, Q, ..., B Q (written by plan())
+  void* o_partial = nullptr;             // [splits, total_q, h_q, d] 16-bit (the q dtype)
+  float* lse_partial = nullptr;          // [splits, total_q, h_q]
+  std::size_t bytes = 0;
+};
+DecodeWorkspace decode_workspace(const AttentionShape& shape, const DecodeGeometry& g, void* base);
+
+// The CUDA decode's own limits on validated arguments (validate_decode), named by argument.
+void check_cuda_decode(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g);
+
+prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shape, const DecodeArgs& a,
+                                                      const DecodeGeometry& g, const DecodeWorkspace& w);
+prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn,
+                                                       const DecodeArgs& a, const DecodeGeometry& g);
+// The merge of every row's `splits` partials (null split counts: all rows have all slots).
+CombineParams decode_combine_params(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g,
+                                    const DecodeWorkspace& w);
+
+}  // namespace msa::cuda

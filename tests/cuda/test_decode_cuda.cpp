@@ -1,0 +1,326 @@
+// The CUDA sparse decode through the public API (plan -> tile-union kernel, split over unions
+// when the batch is small -> combine) against the FP64 gather reference (a decode is the prefill
+// of B requests of Q queries, seq_len keys each): three-part check on out, |err| <= 1e-3 and
+// identical -inf positions on lse, bitwise-identical reruns, and one captured run() replayed with
+// new seq_len, top-k and Q in the same buffers. Q = 1..16, G = 1..16, K 1..32, lengths below 128
+// and not multiples of it, page sizes 16..128 and flat K/V, token-major pages, both top-k
+// layouts, sinks, adversarial ids; every case in each dtype of the build.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/compare.h"
+#include "bench/workload.h"
+#include "cpu/reference.h"
+#include "cuda/instances.h"
+#include "msa/msa.h"
+#include "tests/support/cuda_check.h"
+#include "tests/support/device_tensor.h"
+
+namespace {
+
+using msa::bench::HostTensor;
+using msa::bench::Request;
+using msa::bench::Selection;
+using msa::bench::Workload;
+using msa::bench::WorkloadSpec;
+using msa::test::DeviceTensor;
+
+struct Case {
+  std::string name;
+  WorkloadSpec spec;  // requests = {Q, seq_len}
+  int q = 1;
+  bool head_major = false;   // top-k [h_kv, B * Q, K] (else the MSA decode layout [B * Q, h_kv, K])
+  bool adversarial = false;  // -1, duplicates and out-of-range ids in the rows
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+Case make_case(std::string name, int h_q, int h_kv, int topk, int page, int q, std::vector<int> seq_lens,
+               Selection sel, std::uint64_t seed) {
+  Case c;
+  c.name = std::move(name);
+  c.q = q;
+  c.spec.shape = {.h_q = h_q, .h_kv = h_kv, .d = 128, .topk = topk};
+  c.spec.page_size = page;
+  for (const int s : seq_lens) c.spec.requests.push_back({q, s});
+  c.spec.selection = sel;
+  c.spec.seed = seed;
+  return c;
+}
+
+std::vector<int> lengths(int n, int lo, int hi, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> v;
+  for (int i = 0; i < n; ++i) v.push_back(lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi - lo + 1)));
+  return v;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  // The production geometry: Hq 64, Hkv 4, top-16, page 128, Q 8; lengths below 128, equal to Q,
+  // at and around block edges.
+  c.push_back(make_case("q8_g16_page128_random", 64, 4, 16, 128, 8, {5000, 130, 8, 129, 2047, 700, 127, 128},
+                        Selection::kRandom, 1));
+  c.push_back(make_case("q1_g16_page64", 64, 4, 16, 64, 1, lengths(37, 1, 9000, 2), Selection::kRandom, 2));
+  Case hm = make_case("q16_g16_page16_head_major", 32, 2, 16, 16, 16, {3000, 16, 1000}, Selection::kClustered, 3);
+  hm.head_major = true;
+  c.push_back(hm);
+  c.push_back(make_case("q4_g1_flat_topk32", 4, 4, 32, 0, 4, {6000, 50, 4100}, Selection::kRandom, 4));
+  Case tok = make_case("q2_g8_page32_token_major_sinks", 16, 2, 8, 32, 2, lengths(9, 2, 3000, 5),
+                       Selection::kRandom, 5);
+  tok.spec.token_major_pages = true;
+  tok.spec.sinks = true;
+  c.push_back(tok);
+  c.push_back(make_case("q8_g4_page64_all_blocks", 16, 4, 16, 64, 8, {1900, 300, 9}, Selection::kAll, 6));
+  c.push_back(make_case("q3_g5_topk1", 10, 2, 1, 128, 3, {700, 3, 129}, Selection::kRandom, 7));
+  Case adv = make_case("q8_g16_adversarial", 64, 4, 16, 128, 8, lengths(5, 8, 6000, 8), Selection::kRandom, 8);
+  adv.adversarial = true;
+  c.push_back(adv);
+  // Small batches with long requests: the work is split over each union (split-KV).
+  c.push_back(make_case("b1_q8_split", 64, 4, 16, 128, 8, {60000}, Selection::kRandom, 9));
+  c.push_back(make_case("b2_q16_g2_split", 8, 4, 16, 64, 16, {20000, 777}, Selection::kRandom, 10));
+  c.push_back(make_case("b4_q1_split_sinks", 64, 4, 16, 128, 1, {100000, 5, 4096, 30000}, Selection::kRandom, 11));
+  c.back().spec.sinks = true;
+  c.push_back(make_case("b96_q8_g16", 64, 4, 16, 128, 8, lengths(96, 8, 4000, 12), Selection::kClustered, 12));
+  bool fp16_built = false;
+#define MSA_BUILT(DT, D) fp16_built = fp16_built || msa::DType::DT == msa::DType::kFP16;
+  MSA_PREFILL_INSTANCES(MSA_BUILT)
+#undef MSA_BUILT
+  const std::size_t bf16_cases = c.size();
+  for (std::size_t i = 0; fp16_built && i < bf16_cases; ++i) {
+    Case h = c[i];
+    h.name += "_fp16";
+    h.spec.dtype = msa::DType::kFP16;
+    c.push_back(h);
+  }
+  return c;
+}
+
+void make_adversarial(HostTensor& topk, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto* ids = topk.data<std::int32_t>();
+  const std::int64_t width = topk.shape()[2];
+  for (std::int64_t r = 0; r < topk.numel() / width; ++r) {
+    std::int32_t* row = ids + r * width;
+    switch (rng() % 5) {
+      case 0: row[rng() % width] = -1; break;
+      case 1: row[rng() % width] = row[0]; break;
+      case 2: row[rng() % width] = 1000000 + static_cast<int>(rng() % 7); break;
+      case 3: row[rng() % width] = -7; break;
+      default: break;
+    }
+    if (rng() % 20 == 0)
+      for (std::int64_t s = 0; s < width; ++s) row[s] = -1;
+  }
+}
+
+// [h_kv, T, K] -> [T, h_kv, K].
+HostTensor query_major(const HostTensor& head_major) {
+  const std::int64_t h = head_major.shape()[0], t = head_major.shape()[1], k = head_major.shape()[2];
+  HostTensor out(msa::DType::kInt32, {t, h, k});
+  const auto* src = head_major.data<std::int32_t>();
+  auto* dst = out.data<std::int32_t>();
+  for (std::int64_t g = 0; g < h; ++g)
+    for (std::int64_t i = 0; i < t; ++i)
+      for (std::int64_t s = 0; s < k; ++s) dst[(i * h + g) * k + s] = src[(g * t + i) * k + s];
+  return out;
+}
+
+std::int64_t max_len(const Case& c) {
+  std::int64_t m = 0;
+  for (const Request& r : c.spec.requests) m = std::max<std::int64_t>(m, r.k_len);
+  return m;
+}
+
+struct Reference {
+  HostTensor out, lse;
+};
+
+Reference reference(const Workload& w) {
+  const auto& s = w.spec.shape;
+  Reference r{HostTensor(w.spec.dtype, {w.total_q, s.h_q, s.d}), HostTensor(msa::DType::kFP32, {w.total_q, s.h_q})};
+  msa::cpu::sparse_prefill_gather(s, w.prefill_args(r.out, r.lse));
+  return r;
+}
+
+void expect_matches(const HostTensor& out, const HostTensor& lse, const Reference& ref, const std::string& what) {
+  const auto r_out = msa::bench::compare(out, ref.out, {});
+  EXPECT_TRUE(r_out.ok) << what << " out: " << r_out.summary();
+  const auto r_lse = msa::bench::compare(lse, ref.lse, {.atol = 1e-3, .rtol = 0.0, .min_cosine = 0.0});
+  EXPECT_TRUE(r_lse.ok) << what << " lse: " << r_lse.summary();
+}
+
+// The device copies of a decode's inputs and outputs.
+struct DeviceDecode {
+  DeviceTensor q, k, v, seq_len, topk, pt, cuk, sinks, out, lse;
+  msa::DecodeArgs args;
+
+  DeviceDecode(const Case& c, const Workload& w, const HostTensor& topk_host, const HostTensor& out_h,
+               const HostTensor& lse_h)
+      : q(w.q), k(w.k, w.kv().k), v(w.v, w.kv().v), seq_len(w.k_len), topk(topk_host),
+        pt(c.spec.page_size > 0, w.page_table, w.page_table.view()),
+        cuk(c.spec.page_size == 0, w.cu_seqlens_k, w.cu_seqlens_k.view()),
+        sinks(c.spec.sinks, w.sinks, w.sinks.view()), out(out_h), lse(lse_h) {
+    args.q = q.view;
+    args.kv.k = k.view;
+    args.kv.v = v.view;
+    args.kv.page_table = pt.view;
+    args.kv.cu_seqlens_k = cuk.view;
+    args.seq_len = seq_len.view;
+    args.topk = topk.view;
+    args.topk_head_major = c.head_major;
+    args.q_per_request = c.q;
+    args.sinks = sinks.view;
+    args.out = out.view;
+    args.lse = lse.view;
+  }
+};
+
+class DecodeCuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
+  MSA_SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  const auto& s = c.spec.shape;
+  Workload w = msa::bench::make_workload(c.spec);
+  if (c.adversarial) make_adversarial(w.topk, c.spec.seed);
+  if (c.spec.page_size > 0) msa::bench::poison_cache_tails(w);
+  const Reference ref = reference(w);
+
+  HostTensor out(c.spec.dtype, {w.total_q, s.h_q, s.d}), lse(msa::DType::kFP32, {w.total_q, s.h_q});
+  out.fill(std::nanf(""));  // poison: every element must be written
+  lse.fill(std::nanf(""));
+  const HostTensor topk_host = query_major(w.topk);
+  DeviceDecode d(c, w, c.head_major ? w.topk : topk_host, out, lse);
+
+  msa::Options o;
+  o.backend = msa::Backend::kCuda;
+  msa::SparseDecode op(s, o);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  const auto batch = static_cast<std::int64_t>(c.spec.requests.size());
+  op.plan(batch, c.q, max_len(c), stream);
+  op.run(d.args, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaGetLastError());
+  d.out.download(out);
+  d.lse.download(lse);
+  expect_matches(out, lse, ref, c.name);
+
+  // Bitwise reproducibility: run again, captured in a CUDA graph, into poisoned outputs.
+  HostTensor out2(c.spec.dtype, {w.total_q, s.h_q, s.d}), lse2(msa::DType::kFP32, {w.total_q, s.h_q});
+  CUDA_OK(cudaMemset(d.out.ptr, 0xff, out.bytes()));
+  CUDA_OK(cudaMemset(d.lse.ptr, 0xff, lse.bytes()));
+  CUDA_OK(cudaDeviceSynchronize());
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  op.run(d.args, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  d.out.download(out2);
+  d.lse.download(lse2);
+  EXPECT_EQ(std::memcmp(out.raw(), out2.raw(), out.bytes()), 0) << c.name << ": graph rerun differs";
+  EXPECT_EQ(std::memcmp(lse.raw(), lse2.raw(), lse.bytes()), 0) << c.name << ": graph rerun lse differs";
+
+  // The next step: shorter requests (the same pages), a new selection and new queries written
+  // into the same buffers; the replay must match the reference of the new contents.
+  if (c.spec.page_size > 0 && !c.adversarial) {
+    Workload w2 = msa::bench::make_workload(c.spec);  // the same caches and page table
+    msa::bench::poison_cache_tails(w2);
+    std::mt19937_64 rng(c.spec.seed + 99);
+    std::vector<Request> shorter = c.spec.requests;
+    auto* k_len = w2.k_len.data<std::int32_t>();
+    for (std::size_t b = 0; b < shorter.size(); ++b) {
+      shorter[b].k_len = std::max(c.q, shorter[b].k_len - static_cast<int>(rng() % 300));
+      k_len[b] = shorter[b].k_len;
+    }
+    msa::bench::fill_topk(w2.topk, shorter, s.h_kv, s.topk, c.spec.selection, c.spec.clustered_p, c.spec.seed + 7);
+    std::normal_distribution<float> normal(0.f, 0.25f);
+    for (std::int64_t i = 0; i < w2.q.numel(); ++i) w2.q.set(i, normal(rng));
+    w2.spec.requests = shorter;
+    const Reference ref2 = reference(w2);
+    d.q.upload(w2.q);
+    d.seq_len.upload(w2.k_len);
+    if (c.head_major) d.topk.upload(w2.topk);
+    else d.topk.upload(query_major(w2.topk));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    d.out.download(out2);
+    d.lse.download(lse2);
+    expect_matches(out2, lse2, ref2, c.name + " replay with new seq_len, top-k and q");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, DecodeCuda, ::testing::ValuesIn(cases()), [](const auto& p) { return p.param.name; });
+
+// The CUDA decode and the CPU twin give the same answer through the same public API, and a
+// workspace the caller owns works like the object's own.
+TEST(DecodeCudaApi, CallerWorkspaceAndCpuTwinAgree) {
+  MSA_SKIP_WITHOUT_GPU();
+  Case c = make_case("api", 64, 4, 16, 128, 8, {3000, 9, 1200}, Selection::kRandom, 21);
+  const auto& s = c.spec.shape;
+  Workload w = msa::bench::make_workload(c.spec);
+  const HostTensor topk_q = query_major(w.topk);
+  HostTensor cpu_out(c.spec.dtype, {w.total_q, s.h_q, s.d}), cpu_lse(msa::DType::kFP32, {w.total_q, s.h_q});
+  msa::DecodeArgs ha;
+  ha.q = w.q.view();
+  ha.kv = w.kv();
+  ha.seq_len = w.k_len.view();
+  ha.topk = topk_q.view();
+  ha.q_per_request = c.q;
+  ha.out = cpu_out.view();
+  ha.lse = cpu_lse.view();
+  msa::sparse_decode(s, ha);  // the CPU twin
+
+  HostTensor out(c.spec.dtype, {w.total_q, s.h_q, s.d}), lse(msa::DType::kFP32, {w.total_q, s.h_q});
+  DeviceDecode d(c, w, topk_q, out, lse);
+  msa::Options o;
+  o.backend = msa::Backend::kCuda;
+  const std::size_t bytes = msa::SparseDecode::workspace_bytes(
+      s, {.batch = 3, .total_q = w.total_q, .max_k_len = max_len(c)}, o);
+  ASSERT_GT(bytes, 0u);
+  msa::test::DeviceBuffer ws(bytes);
+  msa::SparseDecode op(s, o);
+  op.set_workspace(ws.get(), bytes);
+  op.plan(3, c.q, max_len(c));
+  op.run(d.args);
+  CUDA_OK(cudaDeviceSynchronize());
+  d.out.download(out);
+  d.lse.download(lse);
+  const auto r = msa::bench::compare(out, cpu_out, {});
+  EXPECT_TRUE(r.ok) << r.summary();
+  const auto rl = msa::bench::compare(lse, cpu_lse, {.atol = 1e-3, .rtol = 0.0, .min_cosine = 0.0});
+  EXPECT_TRUE(rl.ok) << rl.summary();
+  // Too small a workspace is named; a run with another batch size than planned too.
+  msa::SparseDecode small(s, o);
+  small.set_workspace(ws.get(), 256);
+  try {
+    small.plan(3, c.q, max_len(c));
+    ADD_FAILURE() << "a 256-byte workspace was accepted";
+  } catch (const msa::Error& e) {
+    EXPECT_EQ(e.argument(), "workspace.bytes");
+  }
+  try {
+    op.plan(2, c.q, max_len(c));
+    op.run(d.args);
+    ADD_FAILURE() << "a run with B = 3 after plan(B = 2) was accepted";
+  } catch (const msa::Error& e) {
+    EXPECT_EQ(e.argument(), "seq_len.shape[0]");
+  }
+}
+
+}  // namespace
