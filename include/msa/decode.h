@@ -48,6 +48,9 @@ class SparseDecode {
   // run() replays step after step with new contents in the same buffers. Never allocates.
   void run(const DecodeArgs& args, cudaStream_t stream = nullptr);
 
+  const AttentionShape& shape() const;
+  const Options& options() const;
+
   struct Impl;
 
  private:

@@ -4,16 +4,18 @@ Tensors go in and out through DLPack (``__dlpack__``): PyTorch, CuPy, JAX, and N
 tensors, never copied. Errors are :class:`msa.Error`, a ``ValueError`` whose ``argument`` names
 the rejected argument (e.g. ``"q.shape[2]"``) and whose ``value`` is what it held.
 
-Two layers over the same C++ operators: the MSA wrapper classes (``msa.BatchPrefillWithPagedKVCacheWrapper``:
-the MSA contract's names, arguments and defaults, plan()-owned buffers) and a thin Pythonic layer
-(``msa.SparsePrefill``: the C++ object's plan/run with every option).
+Two layers over the same C++ operators: the MSA wrapper classes
+(``msa.BatchPrefillWithPagedKVCacheWrapper``, ``msa.BatchDecodeWithPagedKVCacheWrapper``: the MSA
+contract's names, arguments and defaults, plan()-owned buffers) and a thin Pythonic layer
+(``msa.SparsePrefill``, ``msa.SparseDecode``: the C++ objects' plan/run with every option).
 """
 
 from ._msa import Error, cuda_available, version
+from .decode import SparseDecode
 from .prefill import SparsePrefill
-from .wrappers import BatchPrefillWithPagedKVCacheWrapper
+from .wrappers import BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper
 
 __version__ = version()
 
-__all__ = ["BatchPrefillWithPagedKVCacheWrapper", "Error", "SparsePrefill", "cuda_available", "version",
-           "__version__"]
+__all__ = ["BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper", "Error", "SparseDecode",
+           "SparsePrefill", "cuda_available", "version", "__version__"]

@@ -2,8 +2,7 @@
 that an engine switches to msa by changing an import. Each keeps what plan() decided (the C++
 operator, its workspace, the batch and selection arrays, the output buffers) for run().
 
-Wrappers still to come, one per operator issue: BatchDecodeWithPagedKVCacheWrapper (decode),
-the indexer and top-k selection wrappers.
+Wrappers still to come, one per operator issue: the indexer and top-k selection wrappers.
 """
 
 from __future__ import annotations
@@ -28,6 +27,23 @@ _PREFILL_NAMES = {
 }
 
 
+_DECODE_NAMES = {
+    "topk": "topk_indices",
+    "seq_len": "seq_lens",
+    "k": "paged_kv_cache[0]",
+    "v": "paged_kv_cache[1]",
+    "shape.h_q": "num_q_heads",
+    "shape.h_kv": "num_kv_heads",
+    "shape.topk": "topk",
+    "shape.d": "head_dim",
+    "shape.scale": "sm_scale",
+    "q_per_request": "q_len_per_request",
+    "batch": "seq_lens.shape[0]",
+    "max_seq_len": "max_seqlen_k",
+    "workspace": "workspace_buffer",
+}
+
+
 def _int_arg(name: str, value, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise error(name, value, f"must be an int >= {minimum}")
@@ -40,7 +56,131 @@ def _dlpack_arg(name: str, value):
     return value
 
 
-class BatchPrefillWithPagedKVCacheWrapper:
+def _scale_arg(sm_scale) -> float:
+    if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale)
+                                     and sm_scale > 0):
+        raise error("sm_scale", sm_scale, "must be a finite float > 0 (or None: 1 / sqrt(head_dim))")
+    return 0.0 if sm_scale is None else float(sm_scale)
+
+
+def _q_type_arg(q_data_type) -> str:
+    q_type = dtype_name(q_data_type)
+    if q_type not in ("bfloat16", "float16"):
+        raise error("q_data_type", q_type, "expected bfloat16 or float16")
+    return q_type
+
+
+class _Wrapper:
+    """What the wrappers share: the operator of the current geometry, its workspace (the caller's
+    or one the wrapper grows), the output buffers it owns, and the K/V pair of run()."""
+
+    def __init__(self, workspace_buffer, kv_layout: str, backend: str):
+        if kv_layout not in ("HND", "NHD"):
+            raise error("kv_layout", kv_layout, "expected 'HND' or 'NHD'")
+        if backend not in ("auto", "cpu", "cuda"):
+            raise error("backend", backend, "expected 'auto', 'cpu' or 'cuda'")
+        if workspace_buffer is not None:
+            _dlpack_arg("workspace_buffer", workspace_buffer)
+        self._user_workspace = workspace_buffer
+        self._kv_layout = kv_layout
+        self._backend = backend
+        self._op = None
+        self._op_key = None
+        self._workspace = None  # the array set as the operator's scratch
+        self._workspace_needed = 0
+        self._planned = False
+        self._out = None
+        self._lse = None
+
+    def _backend_for(self, like) -> str:
+        if self._backend != "auto":
+            return self._backend
+        return "cuda" if is_cuda(like) else "cpu"
+
+    def _operator(self, key, make):
+        """The operator for `key` (the geometry and options), made anew only when it changes."""
+        if key != self._op_key:
+            self._op = self._op_key = None
+            self._op = make()
+            self._op_key = key
+            self._workspace = None
+        return self._op
+
+    def _set_workspace(self, backend: str, like, needed: int) -> None:
+        self._workspace_needed = needed
+        if self._user_workspace is not None:
+            if self._workspace is not self._user_workspace:
+                self._op.set_workspace(self._user_workspace)
+                self._workspace = self._user_workspace
+            return
+        if backend != "cuda" or like is None:
+            return  # the operator keeps its own scratch
+        if self._workspace is None or self._workspace.shape[0] < needed or \
+                self._workspace.__dlpack_device__() != like.__dlpack_device__():
+            self._op.set_workspace(None)
+            self._workspace = None
+            mib = 1 << 20
+            buf = empty(like, (max(mib, (needed + mib - 1) // mib * mib),), "uint8", "workspace_buffer")
+            self._op.set_workspace(buf)
+            self._workspace = buf
+
+    def _own_outputs(self, like, rows: int, h_q: int, d: int, q_type: str) -> None:
+        """Output buffers of the wrapper, reused by later plans of the same sizes."""
+        self._q_type = q_type
+        if like is None:
+            self._out = self._lse = None
+            return
+        if self._out is None or not _same_kind(self._out, like, (rows, h_q, d), q_type):
+            self._out = empty(like, (rows, h_q, d), q_type, "out")
+        if self._lse is None or not _same_kind(self._lse, like, (rows, h_q), "float32"):
+            self._lse = empty(like, (rows, h_q), "float32", "lse")
+
+    def _kv_pair(self, paged_kv_cache, paged: bool):
+        if not isinstance(paged_kv_cache, (tuple, list)) or len(paged_kv_cache) != 2:
+            raise error("paged_kv_cache", type(paged_kv_cache).__name__, "must be a (k_cache, v_cache) pair")
+        k, v = paged_kv_cache
+        _dlpack_arg("paged_kv_cache[0]", k)
+        _dlpack_arg("paged_kv_cache[1]", v)
+        if paged and self._kv_layout == "NHD":
+            for name, c in (("paged_kv_cache[0]", k), ("paged_kv_cache[1]", v)):
+                if len(c.shape) != 4:
+                    raise error(f"{name}.ndim", len(c.shape),
+                                "must be 4: [num_pages, page_size, num_kv_heads, head_dim]")
+            k, v = (c.swapaxes(1, 2) for c in (k, v))
+        return k, v
+
+    def _outputs(self, q, out, lse, return_lse: bool):
+        if not self._planned:
+            raise error("plan", "none", "call plan() before run()")
+        _dlpack_arg("q", q)
+        if out is None:
+            if dtype_name(q.dtype) != self._q_type:
+                raise error("q.dtype", dtype_name(q.dtype), f"differs from plan(q_data_type={self._q_type!r}), "
+                            "the dtype of the wrapper's output buffer")
+            if self._out is None:
+                raise error("out", "None", "plan() saw no array on the backend's device to make the output like; "
+                            "pass out= (and lse=)")
+            out = self._out
+        if lse is None and return_lse:
+            if self._lse is None:
+                raise error("lse", "None", "plan() saw no array on the backend's device to make lse like; pass lse=")
+            lse = self._lse
+        return out, lse
+
+    def workspace_bytes(self) -> int:
+        """The scratch bytes the last plan() needed: what a ``workspace_buffer`` must hold for a
+        problem of that size (plan the largest problem once to size one for graph capture)."""
+        if self._op is None:
+            raise error("plan", "none", "call plan() first")
+        return self._workspace_needed
+
+
+def _same_kind(buf, like, shape, dtype: str) -> bool:
+    return (type(buf) is type(like) and tuple(buf.shape) == tuple(shape) and dtype_name(buf.dtype) == dtype
+            and buf.__dlpack_device__() == like.__dlpack_device__())
+
+
+class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
     """MSA sparse prefill (spec §1): plan() once per batch and selection, then run() per call.
 
     ``workspace_buffer``: optional caller memory for the plan and the partial outputs (one
@@ -60,22 +200,8 @@ class BatchPrefillWithPagedKVCacheWrapper:
 
     def __init__(self, workspace_buffer=None, kv_layout: str = "HND", *, backend: str = "auto",
                  strict: bool = False, prefill_path: str = "auto", q_per_item: int = 64):
-        if kv_layout not in ("HND", "NHD"):
-            raise error("kv_layout", kv_layout, "expected 'HND' or 'NHD'")
-        if backend not in ("auto", "cpu", "cuda"):
-            raise error("backend", backend, "expected 'auto', 'cpu' or 'cuda'")
-        if workspace_buffer is not None:
-            _dlpack_arg("workspace_buffer", workspace_buffer)
-        self._user_workspace = workspace_buffer
-        self._kv_layout = kv_layout
-        self._backend = backend
+        super().__init__(workspace_buffer, kv_layout, backend)
         self._options = (bool(strict), _int_arg("q_per_item", q_per_item, 1), prefill_path)
-        self._op = None
-        self._op_key = None
-        self._workspace = None  # the array set as the operator's scratch
-        self._planned = False
-        self._out = None
-        self._lse = None
         self._k_len = None
 
     # ---------------------------------------------------------------- plan
@@ -117,12 +243,8 @@ class BatchPrefillWithPagedKVCacheWrapper:
         sizes = dict(total_k=_int_arg("total_k", total_k), total_rows=_int_arg("total_rows", total_rows),
                      max_seqlen_q=_int_arg("max_seqlen_q", max_seqlen_q),
                      max_seqlen_k=_int_arg("max_seqlen_k", max_seqlen_k))
-        if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale)
-                                         and sm_scale > 0):
-            raise error("sm_scale", sm_scale, "must be a finite float > 0 (or None: 1 / sqrt(head_dim))")
-        q_type = dtype_name(q_data_type)
-        if q_type not in ("bfloat16", "float16"):
-            raise error("q_data_type", q_type, "expected bfloat16 or float16")
+        scale = _scale_arg(sm_scale)
+        q_type = _q_type_arg(q_data_type)
         for name, a in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
             if len(a.shape) != 1 or dtype_name(a.dtype) != "int32":
                 raise error(name, f"{dtype_name(a.dtype)} of shape {tuple(a.shape)}",
@@ -138,10 +260,7 @@ class BatchPrefillWithPagedKVCacheWrapper:
         batch = int(cu_seqlens_q.shape[0]) - 1
         if batch < 0:
             raise error("cu_seqlens_q.shape[0]", 0, "must be B + 1 >= 1")
-        backend = self._backend
-        if backend == "auto":
-            backend = "cuda" if is_cuda(topk_indices) else "cpu"
-        scale = 0.0 if sm_scale is None else float(sm_scale)
+        backend = self._backend_for(topk_indices)
 
         # New buffers (workspace, outputs) are made like this array: the first one on the
         # backend's device; none on CUDA for backend="cuda" with host inputs leaves the scratch
@@ -149,48 +268,28 @@ class BatchPrefillWithPagedKVCacheWrapper:
         like = next((a for a in (topk_indices, cu_seqlens_q, page_table)
                      if a is not None and is_cuda(a) == (backend == "cuda")), None)
         try:
-            key = (h_q, h_kv, d, topk, scale, backend) + self._options
-            if key != self._op_key:
-                self._op = None
-                self._op_key = None
-                self._op = _msa.SparsePrefill(h_q, h_kv, d, topk, scale, backend, *self._options)
-                self._op_key = key
-                self._workspace = None
-            self._workspace_needed = self._op.workspace_bytes(batch, total_q, sizes["max_seqlen_k"])
-            self._set_workspace(backend, like)
+            op = self._operator((h_q, h_kv, d, topk, scale, backend) + self._options,
+                                lambda: _msa.SparsePrefill(h_q, h_kv, d, topk, scale, backend, *self._options))
+            self._set_workspace(backend, like, op.workspace_bytes(batch, total_q, sizes["max_seqlen_k"]))
             # k_len lives in a buffer of the wrapper, rewritten in place by each plan(): a run()
             # captured in a graph keeps reading the current lengths.
             xp = library_of(cu_seqlens_k, "cu_seqlens_k")
-            if self._k_len is None or not self._same_kind(self._k_len, cu_seqlens_k, (batch,), "int32"):
+            if self._k_len is None or not _same_kind(self._k_len, cu_seqlens_k, (batch,), "int32"):
                 self._k_len = empty(cu_seqlens_k, (batch,), "int32", "cu_seqlens_k")
             xp.subtract(cu_seqlens_k[1:], cu_seqlens_k[:-1], out=self._k_len)
             with on_device_of(topk_indices):
-                self._op.plan(cu_seqlens_q, self._k_len, topk_indices, sizes["max_seqlen_k"],
-                              stream_of(None, cu_seqlens_q, topk_indices))
+                op.plan(cu_seqlens_q, self._k_len, topk_indices, sizes["max_seqlen_k"],
+                        stream_of(None, cu_seqlens_q, topk_indices))
         except _msa.Error as e:
             raise renamed(e, _PREFILL_NAMES) from None
-
-        # Output buffers owned by the wrapper, reused by later plans of the same sizes.
-        if like is None:
-            self._out = self._lse = None
-        else:
-            if self._out is None or not self._same_kind(self._out, like, (total_q, h_q, d), q_type):
-                self._out = empty(like, (total_q, h_q, d), q_type, "topk_indices")
-            if self._lse is None or not self._same_kind(self._lse, like, (total_q, h_q), "float32"):
-                self._lse = empty(like, (total_q, h_q), "float32", "topk_indices")
+        self._own_outputs(like, total_q, h_q, d, q_type)
 
         self._cu_seqlens_q = cu_seqlens_q
         self._cu_seqlens_k = cu_seqlens_k
         self._topk = topk_indices
         self._page_table = page_table
-        self._q_type = q_type
         self._total_k = sizes["total_k"]
         self._planned = True
-
-    @staticmethod
-    def _same_kind(buf, like, shape, dtype: str) -> bool:
-        return (type(buf) is type(like) and tuple(buf.shape) == tuple(shape) and dtype_name(buf.dtype) == dtype
-                and buf.__dlpack_device__() == like.__dlpack_device__())
 
     @staticmethod
     def _check_host_sizes(cu_seqlens_q, cu_seqlens_k, sizes) -> None:
@@ -213,31 +312,6 @@ class BatchPrefillWithPagedKVCacheWrapper:
             if not ok(sizes[name], fact):
                 raise error(name, sizes[name], message.format(fact))
 
-    def _set_workspace(self, backend: str, like) -> None:
-        if self._user_workspace is not None:
-            if self._workspace is not self._user_workspace:
-                self._op.set_workspace(self._user_workspace)
-                self._workspace = self._user_workspace
-            return
-        if backend != "cuda" or like is None:
-            return  # the operator keeps its own scratch
-        needed = self._workspace_needed
-        if self._workspace is None or self._workspace.shape[0] < needed or \
-                self._workspace.__dlpack_device__() != like.__dlpack_device__():
-            self._op.set_workspace(None)
-            self._workspace = None
-            mib = 1 << 20
-            buf = empty(like, (max(mib, (needed + mib - 1) // mib * mib),), "uint8", "topk_indices")
-            self._op.set_workspace(buf)
-            self._workspace = buf
-
-    def workspace_bytes(self) -> int:
-        """The scratch bytes the last plan() needed: what a ``workspace_buffer`` must hold for a
-        problem of that size (plan the largest problem once to size one for graph capture)."""
-        if self._op is None:
-            raise error("plan", "none", "call plan() first")
-        return self._workspace_needed
-
     # ---------------------------------------------------------------- run
 
     def run(self, q, paged_kv_cache, *, out=None, lse=None, return_lse: bool = False, sinks=None):
@@ -247,35 +321,11 @@ class BatchPrefillWithPagedKVCacheWrapper:
         num_q_heads]`` fp32, natural log). Given ``out`` / ``lse`` are written; otherwise the
         wrapper's buffers are, and returned: the same arrays every run of this plan (clone to
         keep one). Beyond the contract: ``sinks [num_q_heads]`` fp32 attention-sink logits."""
-        if not self._planned:
-            raise error("plan", "none", "call plan() before run()")
-        if not isinstance(paged_kv_cache, (tuple, list)) or len(paged_kv_cache) != 2:
-            raise error("paged_kv_cache", type(paged_kv_cache).__name__, "must be a (k_cache, v_cache) pair")
-        k, v = paged_kv_cache
-        _dlpack_arg("q", q)
-        _dlpack_arg("paged_kv_cache[0]", k)
-        _dlpack_arg("paged_kv_cache[1]", v)
+        out, lse = self._outputs(q, out, lse, return_lse)
         paged = self._page_table is not None
-        if paged and self._kv_layout == "NHD":
-            for name, c in (("paged_kv_cache[0]", k), ("paged_kv_cache[1]", v)):
-                if len(c.shape) != 4:
-                    raise error(f"{name}.ndim", len(c.shape),
-                                "must be 4: [num_pages, page_size, num_kv_heads, head_dim]")
-            k, v = (c.swapaxes(1, 2) for c in (k, v))
+        k, v = self._kv_pair(paged_kv_cache, paged)
         if not paged and len(k.shape) == 3 and k.shape[0] < self._total_k:
             raise error("paged_kv_cache[0].shape[0]", k.shape[0], f"must be >= total_k = {self._total_k} (flat cache)")
-        if out is None:
-            if dtype_name(q.dtype) != self._q_type:
-                raise error("q.dtype", dtype_name(q.dtype), f"differs from plan(q_data_type={self._q_type!r}), "
-                            "the dtype of the wrapper's output buffer")
-            if self._out is None:
-                raise error("out", "None", "plan() saw no array on the backend's device to make the output like; "
-                            "pass out= (and lse=)")
-            out = self._out
-        if lse is None and return_lse:
-            if self._lse is None:
-                raise error("lse", "None", "plan() saw no array on the backend's device to make lse like; pass lse=")
-            lse = self._lse
         try:
             with on_device_of(q):
                 self._op.run(q, k, v, out, self._cu_seqlens_q, self._k_len, self._topk,
@@ -283,4 +333,97 @@ class BatchPrefillWithPagedKVCacheWrapper:
                              stream_of(None, q, out))
         except _msa.Error as e:
             raise renamed(e, _PREFILL_NAMES) from None
+        return (out, lse) if return_lse else out
+
+
+class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
+    """MSA sparse decode and multi-token prediction (spec §4): plan() once per batch geometry,
+    then run() every step, with each step's top-k.
+
+    A step has ``B`` requests of ``Q`` queries (one token plus drafts): query ``t`` of request
+    ``b`` is row ``b * Q + t`` and sits at position ``seq_lens[b] - Q + t``. plan() uses host
+    sizes only (B, Q, a bound on the lengths); run() reads ``seq_lens``, the page table and the
+    top-k on the device, so a run() captured in a CUDA graph replays step after step with new
+    contents in the same buffers (seq_lens and page_table are the arrays given to plan(), top-k
+    and q those given to the captured run()).
+
+    ``workspace_buffer``, ``kv_layout`` (``"HND"`` / ``"NHD"``), ``backend`` and ``strict`` as in
+    :class:`BatchPrefillWithPagedKVCacheWrapper`.
+    """
+
+    def __init__(self, workspace_buffer=None, kv_layout: str = "HND", *, backend: str = "auto",
+                 strict: bool = False):
+        super().__init__(workspace_buffer, kv_layout, backend)
+        self._strict = bool(strict)
+
+    def plan(self, seq_lens, page_table, *, q_len_per_request: int = 1, num_q_heads: int = 64,
+             num_kv_heads: int = 4, head_dim: int = 128, topk: int = 16, max_seqlen_k: int,
+             sm_scale: float | None = None, q_data_type="bfloat16", cu_seqlens_k=None) -> None:
+        """Plans a step of ``B = seq_lens.shape[0]`` requests.
+
+        ``seq_lens [B]`` int32: each request's length including its ``q_len_per_request`` (1..16)
+        new queries. ``page_table [B, max_pages]`` int32, or ``None`` for flat caches
+        ``[total_k, num_kv_heads, head_dim]`` addressed by ``cu_seqlens_k [B + 1]``.
+        ``max_seqlen_k`` bounds the lengths (it sizes the split of the work, never a capacity).
+        ``topk`` is the width of the top-k rows run() will get; ``sm_scale`` defaults to
+        ``1 / sqrt(head_dim)``; ``q_data_type`` is the dtype of the wrapper's output buffers.
+        """
+        self._planned = False
+        _dlpack_arg("seq_lens", seq_lens)
+        if page_table is not None:
+            _dlpack_arg("page_table", page_table)
+        elif cu_seqlens_k is None:
+            raise error("cu_seqlens_k", "None", "flat caches (page_table=None) need cu_seqlens_k")
+        if cu_seqlens_k is not None:
+            _dlpack_arg("cu_seqlens_k", cu_seqlens_k)
+        if len(seq_lens.shape) != 1:
+            raise error("seq_lens.ndim", len(seq_lens.shape), "must be 1: [B]")
+        batch = int(seq_lens.shape[0])
+        q_len = _int_arg("q_len_per_request", q_len_per_request, 1)
+        h_q = _int_arg("num_q_heads", num_q_heads, 1)
+        h_kv = _int_arg("num_kv_heads", num_kv_heads, 1)
+        d = _int_arg("head_dim", head_dim, 1)
+        width = _int_arg("topk", topk, 1)
+        max_len = _int_arg("max_seqlen_k", max_seqlen_k)
+        scale = _scale_arg(sm_scale)
+        q_type = _q_type_arg(q_data_type)
+        if not is_cuda(seq_lens) and dtype_name(seq_lens.dtype) == "int32":
+            lengths = seq_lens.tolist()
+            if lengths and max(lengths) > max_len:
+                raise error("max_seqlen_k", max_len, f"must be >= the longest seq_lens entry {max(lengths)}")
+        backend = self._backend_for(seq_lens)
+        like = next((a for a in (seq_lens, page_table, cu_seqlens_k)
+                     if a is not None and is_cuda(a) == (backend == "cuda")), None)
+        try:
+            op = self._operator((h_q, h_kv, d, width, scale, backend, self._strict),
+                                lambda: _msa.SparseDecode(h_q, h_kv, d, width, scale, backend, self._strict))
+            self._set_workspace(backend, like, op.workspace_bytes(batch, q_len, max_len))
+            with on_device_of(seq_lens):
+                op.plan(batch, q_len, max_len, stream_of(None, seq_lens))
+        except _msa.Error as e:
+            raise renamed(e, _DECODE_NAMES) from None
+        self._own_outputs(like, batch * q_len, h_q, d, q_type)
+        self._seq_lens = seq_lens
+        self._page_table = page_table
+        self._cu_seqlens_k = cu_seqlens_k
+        self._q_len = q_len
+        self._planned = True
+
+    def run(self, q, paged_kv_cache, topk_indices, *, topk_head_major: bool = False, out=None, lse=None,
+            return_lse: bool = False, sinks=None):
+        """One decode step of ``q [B * Q, num_q_heads, head_dim]`` over ``topk_indices
+        [B * Q, num_kv_heads, topk]`` int32 (the MSA decode layout; ``[num_kv_heads, B * Q, topk]``
+        with ``topk_head_major``) and ``paged_kv_cache = (k_cache, v_cache)``. Returns ``out``, or
+        ``(out, lse)`` with ``return_lse``, as the prefill wrapper does; ``sinks [num_q_heads]``
+        fp32 attention-sink logits."""
+        out, lse = self._outputs(q, out, lse, return_lse)
+        _dlpack_arg("topk_indices", topk_indices)
+        k, v = self._kv_pair(paged_kv_cache, self._page_table is not None)
+        try:
+            with on_device_of(q):
+                self._op.run(q, k, v, out, self._seq_lens, topk_indices, self._q_len, bool(topk_head_major),
+                             self._page_table, None if self._page_table is not None else self._cu_seqlens_k,
+                             sinks, lse, stream_of(None, q, out))
+        except _msa.Error as e:
+            raise renamed(e, _DECODE_NAMES) from None
         return (out, lse) if return_lse else out

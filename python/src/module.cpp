@@ -48,6 +48,31 @@ VarlenBatch batch_of(const Array& cu_seqlens_q, const Array& k_len) {
   return VarlenBatch{to_view(cu_seqlens_q, "cu_seqlens_q"), to_view(k_len, "k_len")};
 }
 
+// Caller memory as an operator's scratch: a contiguous buffer of any dtype on the backend's
+// device (the Python side keeps it alive); None returns to memory the operator allocates itself.
+template <class Op>
+void set_workspace_of(Op& op, const std::optional<Array>& buffer) {
+  if (!buffer.has_value()) {
+    op.set_workspace(nullptr, 0);
+    return;
+  }
+  const Array& b = *buffer;
+  const bool on_cuda = b.device_type() == nb::device::cuda::value;
+  const bool want_cuda = op.options().backend == Backend::kCuda;
+  if (on_cuda != want_cuda)
+    throw Error("workspace.device", on_cuda ? "cuda" : "DLPack device type " + std::to_string(b.device_type()),
+                std::string("must be ") + (want_cuda ? "a CUDA" : "a CPU") + " buffer for the " +
+                    backend_name(op.options().backend) + " backend");
+  std::int64_t expect = 1;
+  for (std::size_t i = b.ndim(); i-- > 0;) {
+    if (b.shape(i) != 1 && b.stride(i) != expect)
+      throw Error("workspace.stride[" + std::to_string(i) + "]", std::to_string(b.stride(i)),
+                  "the workspace must be one contiguous buffer");
+    expect *= static_cast<std::int64_t>(b.shape(i));
+  }
+  op.set_workspace(static_cast<char*>(b.data_handle()) + b.byte_offset(), b.nbytes());
+}
+
 class PySparsePrefill {
  public:
   PySparsePrefill(int h_q, int h_kv, int d, int topk, float scale, const std::string& backend, bool strict,
@@ -80,29 +105,7 @@ class PySparsePrefill {
     op_.run(a, to_stream(stream));
   }
 
-  // Caller memory as the scratch: a contiguous buffer of any dtype on the backend's device (the
-  // Python side keeps it alive). None returns to memory the object allocates itself.
-  void set_workspace(const std::optional<Array>& buffer) {
-    if (!buffer.has_value()) {
-      op_.set_workspace(nullptr, 0);
-      return;
-    }
-    const Array& b = *buffer;
-    const bool on_cuda = b.device_type() == nb::device::cuda::value;
-    const bool want_cuda = op_.options().backend == Backend::kCuda;
-    if (on_cuda != want_cuda)
-      throw Error("workspace.device", on_cuda ? "cuda" : "DLPack device type " + std::to_string(b.device_type()),
-                  std::string("must be ") + (want_cuda ? "a CUDA" : "a CPU") + " buffer for the " +
-                      backend_name(op_.options().backend) + " backend");
-    std::int64_t expect = 1;
-    for (std::size_t i = b.ndim(); i-- > 0;) {
-      if (b.shape(i) != 1 && b.stride(i) != expect)
-        throw Error("workspace.stride[" + std::to_string(i) + "]", std::to_string(b.stride(i)),
-                    "the workspace must be one contiguous buffer");
-      expect *= static_cast<std::int64_t>(b.shape(i));
-    }
-    op_.set_workspace(static_cast<char*>(b.data_handle()) + b.byte_offset(), b.nbytes());
-  }
+  void set_workspace(const std::optional<Array>& buffer) { set_workspace_of(op_, buffer); }
 
   std::size_t workspace_bytes(std::int64_t batch, std::int64_t total_q, std::int64_t max_k_len) const {
     return SparsePrefill::workspace_bytes(op_.shape(), ProblemSize{batch, total_q, max_k_len}, op_.options());
@@ -110,6 +113,46 @@ class PySparsePrefill {
 
  private:
   SparsePrefill op_;
+};
+
+class PySparseDecode {
+ public:
+  PySparseDecode(int h_q, int h_kv, int d, int topk, float scale, const std::string& backend, bool strict)
+      : op_(AttentionShape{h_q, h_kv, d, topk, scale}, options_of(backend, strict, Options{}.q_per_item, "auto")) {}
+
+  void set_workspace(const std::optional<Array>& buffer) { set_workspace_of(op_, buffer); }
+
+  void plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len, std::uintptr_t stream) {
+    nb::gil_scoped_release release;
+    op_.plan(batch, q_per_request, max_seq_len, to_stream(stream));
+  }
+
+  void run(const Array& q, const Array& k, const Array& v, const Array& out, const Array& seq_len, const Array& topk,
+           int q_per_request, bool topk_head_major, const std::optional<Array>& page_table,
+           const std::optional<Array>& cu_seqlens_k, const std::optional<Array>& sinks, const std::optional<Array>& lse,
+           std::uintptr_t stream) {
+    DecodeArgs a;
+    a.q = to_view(q, "q");
+    a.kv = KvCache{to_view(k, "k"), to_view(v, "v"), to_view(page_table, "page_table"),
+                   to_view(cu_seqlens_k, "cu_seqlens_k")};
+    a.seq_len = to_view(seq_len, "seq_len");
+    a.topk = to_view(topk, "topk");
+    a.topk_head_major = topk_head_major;
+    a.q_per_request = q_per_request;
+    a.sinks = to_view(sinks, "sinks");
+    a.out = to_view(out, "out");
+    a.lse = to_view(lse, "lse");
+    nb::gil_scoped_release release;
+    op_.run(a, to_stream(stream));
+  }
+
+  std::size_t workspace_bytes(std::int64_t batch, int q_per_request, std::int64_t max_seq_len) const {
+    return SparseDecode::workspace_bytes(op_.shape(), ProblemSize{batch, batch * q_per_request, max_seq_len},
+                                         op_.options());
+  }
+
+ private:
+  SparseDecode op_;
 };
 
 }  // namespace
@@ -153,4 +196,14 @@ NB_MODULE(_msa, m) {
            "stream"_a = 0)
       .def("set_workspace", &PySparsePrefill::set_workspace, "buffer"_a.none())
       .def("workspace_bytes", &PySparsePrefill::workspace_bytes, "batch"_a, "total_q"_a, "max_k_len"_a);
+
+  nb::class_<PySparseDecode>(m, "SparseDecode", "msa::SparseDecode: plan() from host sizes, then run() (spec §4).")
+      .def(nb::init<int, int, int, int, float, const std::string&, bool>(), "h_q"_a, "h_kv"_a, "d"_a = 128,
+           "topk"_a = 16, "scale"_a = 0.f, "backend"_a = "cpu", "strict"_a = false)
+      .def("plan", &PySparseDecode::plan, "batch"_a, "q_per_request"_a, "max_seq_len"_a, "stream"_a = 0)
+      .def("run", &PySparseDecode::run, "q"_a, "k"_a, "v"_a, "out"_a, "seq_len"_a, "topk"_a, "q_per_request"_a,
+           "topk_head_major"_a = false, "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),
+           "sinks"_a = nb::none(), "lse"_a = nb::none(), "stream"_a = 0)
+      .def("set_workspace", &PySparseDecode::set_workspace, "buffer"_a.none())
+      .def("workspace_bytes", &PySparseDecode::workspace_bytes, "batch"_a, "q_per_request"_a, "max_seq_len"_a);
 }

@@ -70,6 +70,8 @@ void SparseDecode::plan(std::int64_t batch, int q_per_request, std::int64_t max_
   live(impl_, "SparseDecode").plan(batch, q_per_request, max_seq_len, stream);
 }
 void SparseDecode::run(const DecodeArgs& args, cudaStream_t stream) { live(impl_, "SparseDecode").run(args, stream); }
+const AttentionShape& SparseDecode::shape() const { return live(impl_, "SparseDecode").shape; }
+const Options& SparseDecode::options() const { return live(impl_, "SparseDecode").options; }
 
 void sparse_decode(const AttentionShape& shape, const DecodeArgs& args, const Options& options,
                    cudaStream_t stream) {
