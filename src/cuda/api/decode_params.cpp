@@ -20,10 +20,16 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
   g.total_q = batch * q_per_request;
   g.q_per_tile = tile_union_queries_per_tile(shape.group());
   g.pairs = std::int64_t(shape.h_kv) * ((g.total_q + g.q_per_tile - 1) / g.q_per_tile);
-  // A pair's union holds at most (its queries) x min(topk, blocks of the longest request); with
-  // no bound on seq_len (0: sparse_decode()), assume requests of topk blocks or more.
+  // A pair's union holds at most (its queries) x min(topk, blocks of the longest request), and
+  // at most (the requests its tile touches) x (their blocks); with no bound on seq_len (0:
+  // sparse_decode()), assume requests of topk blocks or more.
   const std::int64_t blocks = max_seq_len > 0 ? (max_seq_len + kBlockSize - 1) / kBlockSize : shape.topk;
-  const std::int64_t entries = std::min<std::int64_t>(g.q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks);
+  int requests = 1;  // most requests a tile of q_per_tile rows meets (tiles and requests are aligned)
+  for (int t = 0; t < q_per_request; ++t)
+    requests = std::max(requests, (t * g.q_per_tile + g.q_per_tile - 1) / q_per_request - t * g.q_per_tile / q_per_request + 1);
+  const std::int64_t entries =
+      std::min(std::min<std::int64_t>(g.q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks),
+               std::int64_t(requests) * blocks);
   const std::int64_t by_ctas = g.pairs > 0 ? kDecodeCtaTarget / g.pairs : 1;
   g.splits = static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1,
                                                        kDecodeMaxSplits));

@@ -47,11 +47,12 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
     const Tile t = make_tile(p, sched.tile(pos));
-    Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
     const int bt = opaque_tid() - 32;
-    build_list(p, t, smem, smem.list[buf], bt);
+    // The Q gather needs no list: issued first, its latency hides behind the union build.
     Barrier64::wait(&smem.q_empty[buf], phase_of(iter) ^ 1u);
     load_q<Traits>(p, tma, t, smem.q[buf], &smem.q_full[buf], bt);
+    Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
+    build_list(p, t, smem, smem.list[buf], bt);
     Barrier64::arrive(&smem.list_full[buf]);
     ++iter;
   }
