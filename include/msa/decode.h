@@ -12,13 +12,18 @@ namespace msa {
 
 struct DecodeArgs {
   TensorView q;          // [B * Q, h_q, d] bf16 | fp16; row b * Q + t is query t of request b
-  KvCache kv;            // paged or flat, q's dtype
+  KvCache kv;            // paged or flat, q's dtype; or FP8 E4M3 with bf16 q (k_descale, v_descale)
   TensorView seq_len;    // [B] int32 final lengths, >= Q; query t sits at seq_len[b] - Q + t
   TensorView topk;       // [B * Q, h_kv, topk] int32 (MSA decode layout), or
                          // [h_kv, B * Q, topk] when topk_head_major
   bool topk_head_major = false;
   int q_per_request = 1; // Q, 1..16
   TensorView sinks;      // [h_q] fp32; may be absent
+  // FP8 E4M3 K/V (kv.k and kv.v in DType::kFP8E4M3, q in bf16) only: the factors that turn the
+  // stored values into K and V (K = k_descale * stored), per tensor [1] or per KV head [h_kv],
+  // fp32, finite and > 0. Absent for 16-bit K/V.
+  TensorView k_descale;
+  TensorView v_descale;
   TensorView out;        // [B * Q, h_q, d] q's dtype (written)
   TensorView lse;        // [B * Q, h_q] fp32; may be absent (written)
 };

@@ -9,11 +9,12 @@
 
 namespace msa {
 
-enum class DType : std::uint8_t { kBF16, kFP16, kFP32, kInt32 };
+// kFP8E4M3: the OCP / NVIDIA E4M3 ("e4m3fn": no infinities, max 448), for K/V caches only.
+enum class DType : std::uint8_t { kBF16, kFP16, kFP32, kInt32, kFP8E4M3 };
 enum class Device : std::uint8_t { kCpu, kCuda };
 
 constexpr std::size_t dtype_size(DType t) {
-  return t == DType::kFP32 || t == DType::kInt32 ? 4 : 2;
+  return t == DType::kFP32 || t == DType::kInt32 ? 4 : t == DType::kFP8E4M3 ? 1 : 2;
 }
 const char* dtype_name(DType t);
 const char* device_name(Device d);

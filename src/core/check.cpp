@@ -92,15 +92,18 @@ void check_layout(const TensorView& t, const std::string& name) {
   MSA_REQUIRE(t.data != nullptr, name + ".data", "null", "data pointer is null");
   MSA_REQUIRE(t.last_dim_contiguous(), dim_name(name, "stride", t.rank - 1),
               std::to_string(t.stride[t.rank - 1]), "the last dim must be contiguous (stride 1)");
-  const std::size_t align = dtype_size(t.dtype) == 2 ? 16 : dtype_size(t.dtype);
+  const std::size_t align = dtype_size(t.dtype) <= 2 ? 16 : dtype_size(t.dtype);
   const auto addr = reinterpret_cast<std::uintptr_t>(t.data);
   MSA_REQUIRE(addr % align == 0, name + ".data", std::to_string(addr),
               "must be aligned to " + std::to_string(align) + " bytes");
-  if (dtype_size(t.dtype) == 2) {
+  if (dtype_size(t.dtype) <= 2) {
+    const auto per_16_bytes = static_cast<std::int64_t>(16 / dtype_size(t.dtype));
     for (int i = 0; i + 1 < t.rank; ++i)
-      MSA_REQUIRE(t.stride[i] % 8 == 0 || t.dim(i) == 1, dim_name(name, "stride", i),
+      MSA_REQUIRE(t.stride[i] % per_16_bytes == 0 || t.dim(i) == 1, dim_name(name, "stride", i),
                   std::to_string(t.stride[i]),
-                  "rows of 16-bit tensors must start on 16-byte boundaries (stride % 8 == 0)");
+                  dtype_size(t.dtype) == 2
+                      ? "rows of 16-bit tensors must start on 16-byte boundaries (stride % 8 == 0)"
+                      : "rows of 8-bit tensors must start on 16-byte boundaries (stride % 16 == 0)");
   }
 }
 

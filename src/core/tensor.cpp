@@ -17,6 +17,7 @@ const char* dtype_name(DType t) {
     case DType::kFP16: return "fp16";
     case DType::kFP32: return "fp32";
     case DType::kInt32: return "int32";
+    case DType::kFP8E4M3: return "fp8_e4m3";
   }
   return "?";
 }

@@ -66,6 +66,23 @@ void check_sinks(const TensorView& sinks, int h_q, Device device, bool strict) {
   }
 }
 
+// A descale factor of FP8 K/V: [1] (per tensor) or [h_kv] (per KV head) fp32; read on the host,
+// every factor must be finite and > 0.
+void check_descale(const TensorView& t, const std::string& name, int h_kv, Device device) {
+  check_present(t, name);
+  check_device(t, name, device);
+  check_dtype(t, name, DType::kFP32);
+  check_rank(t, name, 1);
+  MSA_REQUIRE(t.dim(0) == 1 || t.dim(0) == h_kv, name + ".shape[0]", str(t.dim(0)),
+              "must be 1 (per tensor) or h_kv = " + str(h_kv) + " (per KV head)");
+  check_layout(t, name);
+  if (!reads_values(device)) return;
+  for (std::int64_t i = 0; i < t.dim(0); ++i) {
+    const float v = t.ptr<const float>()[i * t.stride[0]];
+    MSA_REQUIRE(std::isfinite(v) && v > 0.f, name + "[" + str(i) + "]", std::to_string(v), "must be finite and > 0");
+  }
+}
+
 // sinks [h_q] fp32 (optional), out [rows, h_q, d] in the inputs' dtype, lse [rows, h_q] fp32
 // (optional).
 void check_attention_outputs(const AttentionShape& shape, const TensorView& sinks,
@@ -246,6 +263,8 @@ BatchInfo validate_prefill(const AttentionShape& shape, const PrefillArgs& args,
   check_half_tensor(args.q, "q", device, 3);
   const BatchInfo info = batch_on(args.batch, device, args.q.dim(0));
   check_half_shape(args.q, "q", {info.total_q, shape.h_q, shape.d});
+  MSA_REQUIRE(!args.kv.k.present() || args.kv.k.dtype != DType::kFP8E4M3, "k.dtype", "fp8_e4m3",
+              "FP8 K/V caches are taken by the sparse decode only (for now)");
   validate_kv(args.kv, info, shape.h_kv, shape.d, args.q.dtype, device, true);
   validate_topk(args.topk, info, shape.h_kv, shape.topk, options.strict, device);
   check_attention_outputs(shape, args.sinks, args.out, args.lse, args.q.dtype, info.total_q,
@@ -270,7 +289,18 @@ BatchInfo validate_decode(const AttentionShape& shape, const DecodeArgs& args,
     info.total_q = info.batch * args.q_per_request;
   }
   check_half_shape(args.q, "q", {info.total_q, shape.h_q, shape.d});
-  validate_kv(args.kv, info, shape.h_kv, shape.d, args.q.dtype, device, true);
+  // FP8 E4M3 caches: bf16 queries and a descale factor per tensor or per KV head for each.
+  const bool fp8 = args.kv.k.present() && args.kv.k.dtype == DType::kFP8E4M3;
+  MSA_REQUIRE(!fp8 || args.q.dtype == DType::kBF16, "q.dtype", to_string(args.q.dtype),
+              "FP8 E4M3 K/V caches take bf16 queries");
+  validate_kv(args.kv, info, shape.h_kv, shape.d, fp8 ? DType::kFP8E4M3 : args.q.dtype, device, true);
+  if (fp8) {
+    check_descale(args.k_descale, "k_descale", shape.h_kv, device);
+    check_descale(args.v_descale, "v_descale", shape.h_kv, device);
+  } else {
+    MSA_REQUIRE(!args.k_descale.present(), "k_descale", "present", "descale factors go with FP8 K/V caches only");
+    MSA_REQUIRE(!args.v_descale.present(), "v_descale", "present", "descale factors go with FP8 K/V caches only");
+  }
   validate_topk(args.topk, info, shape.h_kv, shape.topk, options.strict, device,
                 args.topk_head_major);
   check_attention_outputs(shape, args.sinks, args.out, args.lse, args.q.dtype, info.total_q,

@@ -13,6 +13,11 @@
 namespace msa::cpu {
 
 namespace {
+// The factor of KV head g: per tensor [1] or per KV head [h_kv].
+float descale_of(const TensorView& t, int g) {
+  return t.ptr<const float>()[(t.dim(0) == 1 ? 0 : g) * t.stride[0]];
+}
+
 // Log2 units: the output is rescaled only once the max has grown by more than 8, which keeps
 // every weight <= 2^8 (no FP32 overflow) while skipping most rescales.
 constexpr float kLazyThreshold = 8.f;
@@ -60,6 +65,12 @@ void sparse_decode(const AttentionShape& shape, const DecodeArgs& args) {
           tile_end.push_back(static_cast<std::int64_t>(tokens.size()));
         }
         kv.gather(args.kv, rows, b, g, tokens, d);
+        if (args.k_descale.present()) {  // FP8 K/V: the stored values times their factors
+          const float kd = descale_of(args.k_descale, g);
+          const float vd = descale_of(args.v_descale, g);
+          for (float& x : kv.k) x *= kd;
+          for (float& x : kv.v) x *= vd;
+        }
         scores.resize(tokens.size());
         for (int h = g * group; h < (g + 1) * group; ++h) {
           load_row(args.q.data, args.q.dtype, args.q.offset(r, h, 0), d, q_row.data());

@@ -2,14 +2,18 @@
 // varlen batch: rows b * Q + t with q_len = Q and k_len = seq_len.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include "bench/workload.h"
 #include "cpu/reference.h"
 #include "msa/msa.h"
+#include "core/half.h"
 #include "tests/support/compare.h"
+#include "tests/support/expect_error.h"
 
 namespace {
 
@@ -103,6 +107,156 @@ TEST(ReferenceDecode, MatchesPrefillGather) {
 TEST(ReferenceDecode, LargeScoresExerciseTheRescale) {
   check_decode({8, 8, 2, 64, false, false, true, DType::kBF16, 6.f}, 111);
   check_decode({1, 16, 1, 0, false, true, false, DType::kBF16, 10.f}, 112);
+}
+
+// ---- FP8 E4M3 K/V ------------------------------------------------------------------------
+
+// The KV head of element i of a K/V storage tensor (paged HND, token-major pages, or flat).
+std::int64_t head_of(const HostTensor& storage, bool token_major, std::int64_t i) {
+  const auto& s = storage.shape();
+  const std::int64_t d = s.back();
+  if (s.size() == 4 && !token_major) return (i / (s[2] * d)) % s[1];  // [pages, h_kv, page, d]
+  return (i / d) % s[s.size() - 2];                                    // [.., h_kv, d]
+}
+
+// FP8 copies of w's K and V, stored / descale; w's K and V become the dequantised values
+// (fp8 * descale, rounded to w's dtype: exact when the factors are powers of two).
+struct Fp8Cache {
+  HostTensor k, v, k_descale, v_descale;
+};
+Fp8Cache quantise(Workload& w, const std::vector<float>& k_factors, const std::vector<float>& v_factors) {
+  Fp8Cache c{HostTensor(DType::kFP8E4M3, w.k.shape()), HostTensor(DType::kFP8E4M3, w.v.shape()),
+             HostTensor(DType::kFP32, {static_cast<std::int64_t>(k_factors.size())}),
+             HostTensor(DType::kFP32, {static_cast<std::int64_t>(v_factors.size())})};
+  for (std::size_t i = 0; i < k_factors.size(); ++i) c.k_descale.set(static_cast<std::int64_t>(i), k_factors[i]);
+  for (std::size_t i = 0; i < v_factors.size(); ++i) c.v_descale.set(static_cast<std::int64_t>(i), v_factors[i]);
+  const bool tm = w.spec.token_major_pages;
+  for (auto [src, dst, f] : {std::tuple{&w.k, &c.k, &k_factors}, std::tuple{&w.v, &c.v, &v_factors}}) {
+    for (std::int64_t i = 0; i < src->numel(); ++i) {
+      const float factor = (*f)[f->size() == 1 ? 0 : static_cast<std::size_t>(head_of(*src, tm, i))];
+      const std::uint8_t stored = msa::float_to_fp8_e4m3(src->get(i) / factor);
+      dst->data<std::uint8_t>()[i] = stored;
+      src->set(i, msa::fp8_e4m3_to_float(stored) * factor);
+    }
+  }
+  return c;
+}
+
+msa::TensorView retyped(msa::TensorView v, const HostTensor& storage) {
+  v.data = storage.raw();
+  v.dtype = storage.dtype();
+  return v;
+}
+
+// Factors that are powers of two make the dequantised reference exact; others round it to bf16,
+// well inside the spec tolerance.
+void check_fp8_decode(int page_size, bool token_major, const std::vector<float>& kf, const std::vector<float>& vf,
+                      std::uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "fp8 page " << page_size << " token_major " << token_major << " factors "
+                                  << kf.size());
+  const int qn = 4;
+  WorkloadSpec spec;
+  spec.shape = {.h_q = 16, .h_kv = 4, .d = 128, .topk = 16};
+  spec.requests = {{qn, 3000}, {qn, qn}, {qn, 700}};
+  spec.page_size = page_size;
+  spec.token_major_pages = token_major;
+  spec.sinks = true;
+  spec.seed = seed;
+  Workload w = msa::bench::make_workload(spec);
+  const Fp8Cache fp8 = quantise(w, kf, vf);
+
+  // The reference reads the dequantised values (w's K/V now hold them).
+  HostTensor ref_out(DType::kBF16, {w.total_q, 16, 128}), ref_lse(DType::kFP32, {w.total_q, 16});
+  msa::cpu::sparse_prefill_gather(spec.shape, w.prefill_args(ref_out, ref_lse));
+
+  const HostTensor query_major = to_query_major(w.topk);
+  HostTensor out(DType::kBF16, {w.total_q, 16, 128}), lse(DType::kFP32, {w.total_q, 16});
+  msa::DecodeArgs a;
+  a.q = w.q.view();
+  a.kv = w.kv();
+  a.kv.k = retyped(a.kv.k, fp8.k);
+  a.kv.v = retyped(a.kv.v, fp8.v);
+  a.k_descale = fp8.k_descale.view();
+  a.v_descale = fp8.v_descale.view();
+  a.seq_len = w.k_len.view();
+  a.topk = query_major.view();
+  a.q_per_request = qn;
+  a.sinks = w.sinks.view();
+  a.out = out.view();
+  a.lse = lse.view();
+  msa::sparse_decode(spec.shape, a, msa::Options{});
+  EXPECT_TRUE(msa::test::close(out, ref_out, msa::test::kOutTolerance)) << "out";
+  EXPECT_TRUE(msa::test::close(lse, ref_lse, msa::test::kLseTolerance)) << "lse";
+}
+
+TEST(ReferenceDecode, Fp8KvAgainstTheDequantisedReference) {
+  check_fp8_decode(128, false, {0.5f, 1.f, 2.f, 0.25f}, {1.f, 0.5f, 0.25f, 2.f}, 201);  // per KV head
+  check_fp8_decode(32, true, {0.125f}, {0.5f}, 202);                                      // per tensor
+  check_fp8_decode(0, false, {0.37f}, {0.011f, 0.02f, 0.7f, 1.3f}, 203);                 // flat, any factors
+}
+
+TEST(ReferenceDecode, Fp8Conversions) {
+  // Every stored value round-trips; the extremes and rounding are the format's.
+  for (int x = 0; x < 256; ++x) {
+    const float f = msa::fp8_e4m3_to_float(static_cast<std::uint8_t>(x));
+    if ((x & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(f)) << x;
+      continue;
+    }
+    EXPECT_EQ(msa::float_to_fp8_e4m3(f), (x == 0x80 ? 0x80 : x)) << x;
+  }
+  EXPECT_EQ(msa::fp8_e4m3_to_float(0x7e), 448.f);
+  EXPECT_EQ(msa::fp8_e4m3_to_float(0x01), 1.f / 512.f);
+  EXPECT_EQ(msa::float_to_fp8_e4m3(1e9f), 0x7e);    // satfinite
+  EXPECT_EQ(msa::float_to_fp8_e4m3(-1e9f), 0xfe);
+  EXPECT_EQ(msa::float_to_fp8_e4m3(1.0625f), 0x38);  // 1 + 1/16: halfway, to even (1.0)
+  EXPECT_EQ(msa::float_to_fp8_e4m3(1.1875f), 0x3a);  // 1 + 3/16: halfway, to even (1.25)
+  EXPECT_EQ(msa::float_to_fp8_e4m3(std::nanf("")), 0x7f);
+}
+
+TEST(ReferenceDecode, Fp8ArgumentsAreNamed) {
+  WorkloadSpec spec;
+  spec.shape = {.h_q = 8, .h_kv = 2, .d = 128, .topk = 4};
+  spec.requests = {{2, 300}, {2, 9}};
+  spec.seed = 7;
+  Workload w = msa::bench::make_workload(spec);
+  const Fp8Cache fp8 = quantise(w, {1.f, 2.f}, {0.5f});
+  const HostTensor query_major = to_query_major(w.topk);
+  HostTensor out(DType::kBF16, {w.total_q, 8, 128});
+  HostTensor bad_factor(DType::kFP32, {3});
+  HostTensor zero_factor(DType::kFP32, {2});
+  zero_factor.set(0, 1.f);  // and 0 at [1]
+  HostTensor q16(DType::kFP16, w.q.shape());
+  const auto args = [&] {
+    msa::DecodeArgs a;
+    a.q = w.q.view();
+    a.kv = w.kv();
+    a.kv.k = retyped(a.kv.k, fp8.k);
+    a.kv.v = retyped(a.kv.v, fp8.v);
+    a.k_descale = fp8.k_descale.view();
+    a.v_descale = fp8.v_descale.view();
+    a.seq_len = w.k_len.view();
+    a.topk = query_major.view();
+    a.q_per_request = 2;
+    a.out = out.view();
+    return a;
+  };
+  const auto decode = [&](const msa::DecodeArgs& a) { msa::sparse_decode(spec.shape, a, msa::Options{}); };
+  decode(args());  // the valid call
+  using msa::test::expect_error;
+  expect_error([&] { auto a = args(); a.k_descale = {}; decode(a); }, "k_descale", "absent");
+  expect_error([&] { auto a = args(); a.k_descale = bad_factor.view(); decode(a); }, "k_descale.shape[0]", "3");
+  expect_error([&] { auto a = args(); a.v_descale = zero_factor.view(); decode(a); }, "v_descale[1]", "0.000000");
+  expect_error([&] { auto a = args(); a.kv.v = w.kv().v; decode(a); }, "v.dtype", "bf16");
+  expect_error([&] { auto a = args(); a.q = q16.view(); a.out = HostTensor(DType::kFP16, w.q.shape()).view(); decode(a); },
+               "q.dtype", "fp16");
+  expect_error([&] { auto a = args(); a.kv = w.kv(); decode(a); }, "k_descale", "present");
+  // The prefill does not take FP8 caches.
+  HostTensor pout(DType::kBF16, {w.total_q, 8, 128});
+  msa::PrefillArgs p = w.prefill_args(pout, HostTensor());
+  p.kv.k = retyped(p.kv.k, fp8.k);
+  p.kv.v = retyped(p.kv.v, fp8.v);
+  expect_error([&] { msa::sparse_prefill(spec.shape, p, msa::Options{}); }, "k.dtype", "fp8_e4m3");
 }
 
 }  // namespace

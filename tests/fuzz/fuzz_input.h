@@ -162,6 +162,7 @@ inline float load_f(const void* data, DType t, std::int64_t off) {
     case DType::kFP16: return from_fp16(rd<std::uint16_t>(data, off));
     case DType::kFP32: return rd<float>(data, off);
     case DType::kInt32: return static_cast<float>(rd<std::int32_t>(data, off));
+    case DType::kFP8E4M3: return msa::fp8_e4m3_to_float(rd<std::uint8_t>(data, off));
   }
   return from_bf16(rd<std::uint16_t>(data, off));  // unknown dtypes are 2 bytes (dtype_size)
 }
@@ -175,6 +176,7 @@ inline void store_f(void* data, DType t, std::int64_t off, float v) {
       wr<std::int32_t>(data, off, i);
       return;
     }
+    case DType::kFP8E4M3: wr<std::uint8_t>(data, off, msa::float_to_fp8_e4m3(v)); return;
   }
   wr<std::uint16_t>(data, off, to_bf16(v));
 }

@@ -58,6 +58,8 @@ class DecodeCuda final : public SparseDecode::Impl {
   void run(const DecodeArgs& args, cudaStream_t stream) override {
     MSA_REQUIRE(planned_, "plan", "none", "call plan() before run()");
     const BatchInfo info = validate_decode(shape, args, options, Device::kCuda);  // metadata only
+    MSA_REQUIRE(args.kv.k.dtype != DType::kFP8E4M3, "k.dtype", "fp8_e4m3",
+                "the CUDA sparse decode does not take FP8 K/V caches yet (the CPU backend does)");
     MSA_REQUIRE(info.batch == geo_.batch, "seq_len.shape[0]", std::to_string(info.batch),
                 "differs from the planned batch = " + std::to_string(geo_.batch));
     MSA_REQUIRE(args.q_per_request == geo_.q_per_request, "q_per_request", std::to_string(args.q_per_request),
