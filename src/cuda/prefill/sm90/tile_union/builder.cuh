@@ -94,20 +94,30 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
     smem.key[e] = union_key::of_id(seg, ids[std::int64_t(t.q0 + i) * p.stride_topk_token + (e - i * topk)], blocks);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
-  // 3. Each entry's first occurrence.
+  // 3. Each entry's first occurrence: every key goes into an open-addressing table whose slot keeps
+  // the smallest entry that holds it (atomicMin: the same answer in any order), so the union's
+  // first-seen order is the same as a scan's, in O(1) per entry instead of O(entries).
+  for (int i = bt; i < kKeyTableSize; i += kBuilderThreads) {
+    smem.table_key[i] = union_key::kNone;
+    smem.table_first[i] = kMaxEntries;
+  }
+  named_barrier_sync(kBuilders, kBuilderThreads);
   for (int e = bt; e < n; e += kBuilderThreads) {
     const std::int32_t key = smem.key[e];
-    int f = -1;
-    if (key != union_key::kNone) {
-      f = e;
-      for (int j = 0; j < e; ++j)
-        if (smem.key[j] == key) {
-          f = j;
-          break;
-        }
+    if (key == union_key::kNone) continue;
+    unsigned slot = (static_cast<std::uint32_t>(key) * 2654435761u) >> 22;  // 10 bits: kKeyTableSize
+    static_assert(kKeyTableSize == 1 << 10);
+    for (;;) {  // at most n < kKeyTableSize keys: a free slot or this key is always found
+      const std::int32_t held = atomicCAS(&smem.table_key[slot], union_key::kNone, key);
+      if (held == union_key::kNone || held == key) break;
+      slot = (slot + 1) & (kKeyTableSize - 1);
     }
-    smem.first[e] = f;
+    atomicMin(&smem.table_first[slot], e);
+    smem.rank[e] = static_cast<std::int32_t>(slot);
   }
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  for (int e = bt; e < n; e += kBuilderThreads)
+    smem.first[e] = smem.key[e] == union_key::kNone ? -1 : smem.table_first[smem.rank[e]];
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 4. Ranks of the first occurrences, in entry order (one warp, 32 entries per ballot).
   if (bt < 32) {

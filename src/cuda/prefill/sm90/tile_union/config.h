@@ -11,6 +11,9 @@
 namespace msa::cuda::prefill_sm90 {
 
 constexpr int kMaxEntries = kTileUnionMaxQueries * kTileUnionMaxTopk;
+// The builders' open-addressing table of entry keys: twice the entries, a power of two.
+constexpr int kKeyTableSize = 2 * kMaxEntries;
+static_assert((kKeyTableSize & (kKeyTableSize - 1)) == 0);
 
 // One tile's union, written by the builders and read by the loader and the consumers.
 struct UnionList {
@@ -33,7 +36,9 @@ struct TileUnionStorage {
   // Builder scratch for the tile being built.
   std::int32_t key[kMaxEntries];             // entry e = (query e / topk, slot): union_key, kNone ignored
   std::int32_t first[kMaxEntries];           // first entry with the same key, -1 ignored
-  std::int32_t rank[kMaxEntries];            // union index of a first entry
+  std::int32_t rank[kMaxEntries];            // union index of a first entry (before: the entry's table slot)
+  std::int32_t table_key[kKeyTableSize];     // key table: a key, or union_key::kNone for a free slot
+  std::int32_t table_first[kKeyTableSize];   //   the smallest entry holding that key
   std::int32_t q_seg[kTileUnionMaxQueries];  // segment of tile query i
   alignas(8) std::uint64_t q_full[2];        // TMA bytes
   std::uint64_t q_empty[2];                  // 256, after the O stores read it
