@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import msa
+from expect import expect_error
 from numpy_cases import assert_close, make_case, paged, reference
 
 Q = 3
@@ -63,14 +64,6 @@ def test_sinks():
     plan(w, c)
     out, lse = w.run(c["q"], (c["k"], c["v"]), c["topk_qm"], return_lse=True, sinks=sinks)
     assert_close(out, lse, *reference(c, sinks=sinks))
-
-
-def expect_error(argument, fn, *args, **kwargs):
-    with pytest.raises(msa.Error) as e:
-        fn(*args, **kwargs)
-    assert isinstance(e.value, ValueError)
-    assert e.value.argument == argument, str(e.value)
-    return e.value
 
 
 def test_errors_name_the_callers_argument():

@@ -1,60 +1,11 @@
-"""The Python package on the CPU backend with NumPy tensors: a chunked flat-KV prefill against a
-NumPy reference written here (an oracle independent of the C++ one), and msa.Error's contract."""
+"""msa.SparsePrefill on the CPU backend with NumPy tensors: a chunked flat-KV prefill against the
+NumPy reference of numpy_cases.py (an oracle independent of the C++ one), and msa.Error's contract."""
 
 import numpy as np
 import pytest
 
 import msa
-
-BLOCK = 128
-
-
-def make_case(seed=0, h_q=4, h_kv=2, d=128, topk=4, requests=((40, 300), (1, 129), (17, 17))):
-    rng = np.random.default_rng(seed)
-    q_lens = [q for q, _ in requests]
-    k_lens = [k for _, k in requests]
-    cu_q = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-    cu_k = np.concatenate([[0], np.cumsum(k_lens)]).astype(np.int32)
-    total_q, total_k = int(cu_q[-1]), int(cu_k[-1])
-    q = (rng.standard_normal((total_q, h_q, d)) * 0.25).astype(np.float16)
-    k = (rng.standard_normal((total_k, h_kv, d)) * 0.25).astype(np.float16)
-    v = (rng.standard_normal((total_k, h_kv, d)) * 0.25).astype(np.float16)
-    # A random selection per (KV head, query) by the MSA rule: local block last, others distinct.
-    ids = np.full((h_kv, total_q, topk), -1, dtype=np.int32)
-    for b, (ql, kl) in enumerate(requests):
-        for i in range(ql):
-            local = (kl - ql + i) // BLOCK
-            for g in range(h_kv):
-                others = rng.permutation(local)[: topk - 1]
-                row = list(others) + [local]
-                ids[g, cu_q[b] + i, : len(row)] = row
-    return dict(q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, k_len=np.array(k_lens, np.int32), topk=ids,
-                h_q=h_q, h_kv=h_kv, d=d, K=topk, requests=requests)
-
-
-def reference(c):
-    """Softmax over the visible tokens of each row's selected blocks, in float64."""
-    q, k, v = (c[n].astype(np.float64) for n in ("q", "k", "v"))
-    total_q = q.shape[0]
-    out = np.zeros_like(q)
-    lse = np.full((total_q, c["h_q"]), -np.inf)
-    group = c["h_q"] // c["h_kv"]
-    for b, (ql, kl) in enumerate(c["requests"]):
-        for i in range(ql):
-            row, pos = c["cu_q"][b] + i, kl - ql + i
-            for h in range(c["h_q"]):
-                g = h // group
-                blocks = sorted({int(x) for x in c["topk"][g, row] if 0 <= x <= (kl - 1) // BLOCK})
-                toks = [t for blk in blocks for t in range(blk * BLOCK, min((blk + 1) * BLOCK, pos + 1))]
-                if not toks:
-                    continue
-                kk = k[c["cu_k"][b] + np.array(toks), g]
-                s = kk @ q[row, h] / np.sqrt(c["d"])
-                m = s.max()
-                p = np.exp(s - m)
-                out[row, h] = p @ v[c["cu_k"][b] + np.array(toks), g] / p.sum()
-                lse[row, h] = m + np.log(p.sum())
-    return out, lse
+from numpy_cases import make_case, reference
 
 
 def run_prefill(c, **options):

@@ -9,6 +9,7 @@ import math
 import pytest
 
 import msa
+from expect import expect_error
 
 torch = pytest.importorskip("torch")
 if not (torch.cuda.is_available() and msa.cuda_available()):
@@ -355,14 +356,6 @@ def test_graph_of_plan_and_run_with_a_caller_workspace():
 
 
 # ------------------------------------------------------------------------------- errors
-
-def expect_error(argument, fn, *args, **kwargs):
-    with pytest.raises(msa.Error) as e:
-        fn(*args, **kwargs)
-    assert isinstance(e.value, ValueError)
-    assert e.value.argument == argument, str(e.value)
-    return e.value
-
 
 def test_errors_at_the_dlpack_boundary():
     p = make_problem(((40, 300), (8, 8)), h_q=8, h_kv=2, topk=4, seed=16)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import msa
+from expect import expect_error
 from numpy_cases import assert_close, make_case, paged, reference
 
 
@@ -126,15 +127,6 @@ def test_a_new_plan_is_seen_by_run():
     second = w.run(c["q"], (c["k"], c["v"]))
     assert not np.array_equal(first, second)
     assert_close(second, None, *reference(c2))
-
-
-def expect_error(argument, fn, *args, **kwargs):
-    with pytest.raises(msa.Error) as e:
-        fn(*args, **kwargs)
-    assert isinstance(e.value, ValueError)
-    assert e.value.argument == argument, str(e.value)
-    assert str(e.value).startswith(f"msa: {argument} = ")
-    return e.value
 
 
 def test_errors_name_the_callers_argument():

@@ -21,6 +21,7 @@
 #include "cpu/reference.h"
 #include "cuda/instances.h"
 #include "msa/msa.h"
+#include "tests/support/cuda_cases.h"
 #include "tests/support/cuda_check.h"
 #include "tests/support/device_tensor.h"
 
@@ -89,10 +90,7 @@ std::vector<Case> cases() {
   c.push_back(make_case("b4_q1_split_sinks", 64, 4, 16, 128, 1, {100000, 5, 4096, 30000}, Selection::kRandom, 11));
   c.back().spec.sinks = true;
   c.push_back(make_case("b96_q8_g16", 64, 4, 16, 128, 8, lengths(96, 8, 4000, 12), Selection::kClustered, 12));
-  bool fp16_built = false;
-#define MSA_BUILT(DT, D) fp16_built = fp16_built || msa::DType::DT == msa::DType::kFP16;
-  MSA_PREFILL_INSTANCES(MSA_BUILT)
-#undef MSA_BUILT
+  const bool fp16_built = msa::test::fp16_instances_built();
   const std::size_t bf16_cases = c.size();
   for (std::size_t i = 0; fp16_built && i < bf16_cases; ++i) {
     Case h = c[i];
@@ -101,24 +99,6 @@ std::vector<Case> cases() {
     c.push_back(h);
   }
   return c;
-}
-
-void make_adversarial(HostTensor& topk, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  auto* ids = topk.data<std::int32_t>();
-  const std::int64_t width = topk.shape()[2];
-  for (std::int64_t r = 0; r < topk.numel() / width; ++r) {
-    std::int32_t* row = ids + r * width;
-    switch (rng() % 5) {
-      case 0: row[rng() % width] = -1; break;
-      case 1: row[rng() % width] = row[0]; break;
-      case 2: row[rng() % width] = 1000000 + static_cast<int>(rng() % 7); break;
-      case 3: row[rng() % width] = -7; break;
-      default: break;
-    }
-    if (rng() % 20 == 0)
-      for (std::int64_t s = 0; s < width; ++s) row[s] = -1;
-  }
 }
 
 // [h_kv, T, K] -> [T, h_kv, K].
@@ -190,7 +170,7 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
   const Case& c = GetParam();
   const auto& s = c.spec.shape;
   Workload w = msa::bench::make_workload(c.spec);
-  if (c.adversarial) make_adversarial(w.topk, c.spec.seed);
+  if (c.adversarial) msa::test::make_adversarial(w.topk, c.spec.seed, 20);
   if (c.spec.page_size > 0) msa::bench::poison_cache_tails(w);
   const Reference ref = reference(w);
 

@@ -24,6 +24,7 @@
 #include "cpu/reference.h"
 #include "msa/msa.h"
 #include "tests/support/device_tensor.h"
+#include "tests/support/cuda_cases.h"
 #include "tests/support/cuda_check.h"
 
 namespace {
@@ -101,10 +102,7 @@ std::vector<Case> cases() {
     }
   }
   // Every case again in fp16 when this build holds the fp16 instances (MSA_CUDA_DTYPES).
-  bool fp16_built = false;
-#define MSA_BUILT(DT, D) fp16_built = fp16_built || msa::DType::DT == msa::DType::kFP16;
-  MSA_PREFILL_INSTANCES(MSA_BUILT)
-#undef MSA_BUILT
+  const bool fp16_built = msa::test::fp16_instances_built();
   const std::size_t bf16_cases = c.size();
   for (std::size_t i = 0; fp16_built && i < bf16_cases; ++i) {
     Case h = c[i];
@@ -115,31 +113,13 @@ std::vector<Case> cases() {
   return c;
 }
 
-void make_adversarial(HostTensor& topk, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  auto* ids = topk.data<std::int32_t>();
-  const std::int64_t width = topk.shape()[2];
-  for (std::int64_t r = 0; r < topk.numel() / width; ++r) {
-    std::int32_t* row = ids + r * width;
-    switch (rng() % 5) {
-      case 0: row[rng() % width] = -1; break;
-      case 1: row[rng() % width] = row[0]; break;                        // duplicate
-      case 2: row[rng() % width] = 1000000 + static_cast<int>(rng() % 7); break;  // out of range
-      case 3: row[rng() % width] = -7; break;
-      default: break;
-    }
-    if (rng() % 50 == 0)
-      for (std::int64_t s = 0; s < width; ++s) row[s] = -1;  // an empty row
-  }
-}
-
 class PrefillCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   MSA_SKIP_WITHOUT_GPU();
   const Case& c = GetParam();
   Workload w = msa::bench::make_workload(c.spec);
-  if (c.adversarial) make_adversarial(w.topk, c.spec.seed);
+  if (c.adversarial) msa::test::make_adversarial(w.topk, c.spec.seed, 50);
   if (c.spec.page_size > 0) msa::bench::poison_cache_tails(w);
   const auto& s = c.spec.shape;
   if (c.mixed_route) {
