@@ -36,15 +36,18 @@ class SparseDecode:
         self._op.plan(batch, q_per_request, max_seq_len, stream_of(stream))
 
     def run(self, q, k, v, out, seq_len, topk, q_per_request: int, *, topk_head_major: bool = False,
-            page_table=None, cu_seqlens_k=None, sinks=None, lse=None, stream=None) -> None:
+            page_table=None, cu_seqlens_k=None, sinks=None, lse=None, k_descale=None, v_descale=None,
+            stream=None) -> None:
         """``q [B * Q, h_q, d]`` (row ``b * Q + t``: query t of request b, at position
         ``seq_len[b] - Q + t``) over ``topk [B * Q, h_kv, topk]`` (or ``[h_kv, B * Q, topk]`` with
         ``topk_head_major``), written into ``out [B * Q, h_q, d]`` (and ``lse [B * Q, h_q]`` fp32
         when given). Paged K/V ``[num_pages, h_kv, page_size, d]`` with ``page_table``, or flat
-        ``[total_k, h_kv, d]`` with ``cu_seqlens_k``; ``sinks [h_q]`` fp32."""
+        ``[total_k, h_kv, d]`` with ``cu_seqlens_k``; ``sinks [h_q]`` fp32. FP8 E4M3 K/V
+        (``float8_e4m3fn``, bf16 q; CPU backend for now) take ``k_descale`` and ``v_descale``
+        (``[1]`` or ``[h_kv]`` fp32: K = k_descale * stored)."""
         with on_device_of(q):
             self._op.run(q, k, v, out, seq_len, topk, q_per_request, topk_head_major, page_table, cu_seqlens_k,
-                         sinks, lse, stream_of(stream, q, out))
+                         sinks, lse, k_descale, v_descale, stream_of(stream, q, out))
 
     def workspace_bytes(self, batch: int, q_per_request: int, max_seq_len: int) -> int:
         """Scratch bytes of a decode of this size (needs no GPU)."""

@@ -410,12 +410,13 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
         self._planned = True
 
     def run(self, q, paged_kv_cache, topk_indices, *, topk_head_major: bool = False, out=None, lse=None,
-            return_lse: bool = False, sinks=None):
+            return_lse: bool = False, sinks=None, k_descale=None, v_descale=None):
         """One decode step of ``q [B * Q, num_q_heads, head_dim]`` over ``topk_indices
         [B * Q, num_kv_heads, topk]`` int32 (the MSA decode layout; ``[num_kv_heads, B * Q, topk]``
         with ``topk_head_major``) and ``paged_kv_cache = (k_cache, v_cache)``. Returns ``out``, or
         ``(out, lse)`` with ``return_lse``, as the prefill wrapper does; ``sinks [num_q_heads]``
-        fp32 attention-sink logits."""
+        fp32 attention-sink logits. FP8 E4M3 caches (``float8_e4m3fn``, bf16 q; the CPU backend for
+        now) take ``k_descale`` / ``v_descale``, ``[1]`` or ``[num_kv_heads]`` fp32."""
         out, lse = self._outputs(q, out, lse, return_lse)
         _dlpack_arg("topk_indices", topk_indices)
         k, v = self._kv_pair(paged_kv_cache, self._page_table is not None)
@@ -423,7 +424,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
             with on_device_of(q):
                 self._op.run(q, k, v, out, self._seq_lens, topk_indices, self._q_len, bool(topk_head_major),
                              self._page_table, None if self._page_table is not None else self._cu_seqlens_k,
-                             sinks, lse, stream_of(None, q, out))
+                             sinks, lse, k_descale, v_descale, stream_of(None, q, out))
         except _msa.Error as e:
             raise renamed(e, _DECODE_NAMES) from None
         return (out, lse) if return_lse else out

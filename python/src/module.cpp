@@ -130,7 +130,7 @@ class PySparseDecode {
   void run(const Array& q, const Array& k, const Array& v, const Array& out, const Array& seq_len, const Array& topk,
            int q_per_request, bool topk_head_major, const std::optional<Array>& page_table,
            const std::optional<Array>& cu_seqlens_k, const std::optional<Array>& sinks, const std::optional<Array>& lse,
-           std::uintptr_t stream) {
+           const std::optional<Array>& k_descale, const std::optional<Array>& v_descale, std::uintptr_t stream) {
     DecodeArgs a;
     a.q = to_view(q, "q");
     a.kv = KvCache{to_view(k, "k"), to_view(v, "v"), to_view(page_table, "page_table"),
@@ -142,6 +142,8 @@ class PySparseDecode {
     a.sinks = to_view(sinks, "sinks");
     a.out = to_view(out, "out");
     a.lse = to_view(lse, "lse");
+    a.k_descale = to_view(k_descale, "k_descale");
+    a.v_descale = to_view(v_descale, "v_descale");
     nb::gil_scoped_release release;
     op_.run(a, to_stream(stream));
   }
@@ -203,7 +205,8 @@ NB_MODULE(_msa, m) {
       .def("plan", &PySparseDecode::plan, "batch"_a, "q_per_request"_a, "max_seq_len"_a, "stream"_a = 0)
       .def("run", &PySparseDecode::run, "q"_a, "k"_a, "v"_a, "out"_a, "seq_len"_a, "topk"_a, "q_per_request"_a,
            "topk_head_major"_a = false, "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),
-           "sinks"_a = nb::none(), "lse"_a = nb::none(), "stream"_a = 0)
+           "sinks"_a = nb::none(), "lse"_a = nb::none(), "k_descale"_a = nb::none(), "v_descale"_a = nb::none(),
+           "stream"_a = 0)
       .def("set_workspace", &PySparseDecode::set_workspace, "buffer"_a.none())
       .def("workspace_bytes", &PySparseDecode::workspace_bytes, "batch"_a, "q_per_request"_a, "max_seq_len"_a);
 }

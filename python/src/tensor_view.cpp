@@ -17,11 +17,12 @@ DType dtype_of(const nb::dlpack::dtype& t, const std::string& name) {
     if (t.code == static_cast<std::uint8_t>(Code::Float) && t.bits == 16) return DType::kFP16;
     if (t.code == static_cast<std::uint8_t>(Code::Float) && t.bits == 32) return DType::kFP32;
     if (t.code == static_cast<std::uint8_t>(Code::Int) && t.bits == 32) return DType::kInt32;
+    if (t.code == static_cast<std::uint8_t>(Code::Float8_E4M3FN) && t.bits == 8) return DType::kFP8E4M3;
   }
   throw Error(name + ".dtype",
               "DLPack code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " +
                   std::to_string(t.lanes) + " lanes",
-              "msa takes bfloat16, float16, float32 and int32 tensors");
+              "msa takes bfloat16, float16, float32, int32 and float8_e4m3fn (K/V caches) tensors");
 }
 
 Device device_of(int device_type, const std::string& name) {
