@@ -180,6 +180,13 @@ void validate_problem(const ProblemSize& problem) {
               str(problem.max_k_len), "must be in [0, kMaxKvLen = " + str(kMaxKvLen) + "]");
 }
 
+void validate_decode_plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len) {
+  MSA_REQUIRE(q_per_request >= 1 && q_per_request <= 16, "q_per_request", str(q_per_request), "must be in 1..16");
+  validate_problem(ProblemSize{batch, 0, max_seq_len});
+  MSA_REQUIRE(batch * q_per_request <= 2147483647, "batch", str(batch),
+              "batch * q_per_request query rows must fit in int32");
+}
+
 void validate_kv(const KvCache& kv, const BatchInfo& batch, int h_kv, int d, DType dtype,
                  Device device, bool require_v, const std::string& prefix) {
   const std::string k_name = prefix + "k";

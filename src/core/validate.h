@@ -57,4 +57,8 @@ void validate_combine(const AttentionShape& shape, const CombineArgs& args, Devi
 // total_q in [0, 2^31), max_k_len in [0, kMaxKvLen].
 void validate_problem(const ProblemSize& problem);
 
+// A decode plan's host sizes (SparseDecode::plan, every backend): q_per_request in 1..16, the
+// problem sizes above, and batch * q_per_request query rows in int32.
+void validate_decode_plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len);
+
 }  // namespace msa

@@ -111,11 +111,7 @@ class DecodeCpu final : public SparseDecode::Impl {
   }
   void plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len, cudaStream_t) override {
     planned_ = false;
-    MSA_REQUIRE(q_per_request >= 1 && q_per_request <= 16, "q_per_request",
-                std::to_string(q_per_request), "must be in 1..16");
-    validate_problem(ProblemSize{batch, 0, max_seq_len});
-    MSA_REQUIRE(batch * q_per_request <= 2147483647, "batch", std::to_string(batch),
-                "batch * q_per_request query rows must fit in int32");
+    validate_decode_plan(batch, q_per_request, max_seq_len);
     batch_ = batch;
     q_per_request_ = q_per_request;
     max_seq_len_ = max_seq_len;

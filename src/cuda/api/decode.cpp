@@ -29,11 +29,7 @@ namespace {
 void check_decode_plan(const AttentionShape& shape, std::int64_t batch, int q_per_request, std::int64_t max_seq_len) {
   MSA_REQUIRE(prefill_head_dim_built(shape.d), "shape.d", std::to_string(shape.d),
               "the CUDA sparse decode supports head dim 128 only (for now)");
-  MSA_REQUIRE(q_per_request >= 1 && q_per_request <= 16, "q_per_request", std::to_string(q_per_request),
-              "must be in 1..16");
-  validate_problem(ProblemSize{batch, 0, max_seq_len});
-  MSA_REQUIRE(batch * q_per_request <= INT32_MAX, "batch", std::to_string(batch),
-              "batch * q_per_request query rows must fit in int32");
+  validate_decode_plan(batch, q_per_request, max_seq_len);
 }
 
 class DecodeCuda final : public SparseDecode::Impl {
@@ -72,7 +68,7 @@ class DecodeCuda final : public SparseDecode::Impl {
                 args.lse.present() ? std::to_string(args.lse.stride[0]) + ", " + std::to_string(args.lse.stride[1])
                                    : "",
                 "lse must be contiguous [B * Q, h_q]");
-    check_cuda_decode(shape, args, geo_);
+    check_cuda_decode(args);
     // Strict mode: every value check of the CPU backend on host copies (one synchronisation),
     // plus the planned bound on seq_len, before anything is launched.
     if (options.strict) strict_check(args, stream);

@@ -53,9 +53,7 @@ DecodeWorkspace decode_workspace(const AttentionShape& shape, const DecodeGeomet
   return w;
 }
 
-void check_cuda_decode(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g) {
-  (void)shape;
-  (void)g;
+void check_cuda_decode(const DecodeArgs& a) {
   const std::int64_t kv_extent = a.kv.k.dim(0);  // pages, or flat rows
   MSA_REQUIRE(kv_extent <= INT32_MAX, "k.shape[0]", std::to_string(kv_extent),
               "the CUDA sparse decode needs fewer than 2^31 K/V pages or rows (32-bit TMA coordinates)");

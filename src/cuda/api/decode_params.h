@@ -48,7 +48,7 @@ struct DecodeWorkspace {
 DecodeWorkspace decode_workspace(const AttentionShape& shape, const DecodeGeometry& g, void* base);
 
 // The CUDA decode's own limits on validated arguments (validate_decode), named by argument.
-void check_cuda_decode(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g);
+void check_cuda_decode(const DecodeArgs& a);
 
 prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shape, const DecodeArgs& a,
                                                       const DecodeGeometry& g, const DecodeWorkspace& w);
