@@ -163,6 +163,17 @@ void fill_topk(HostTensor& topk, const std::vector<Request>& requests, int h_kv,
   }
 }
 
+HostTensor query_major_topk(const HostTensor& head_major) {
+  const auto& s = head_major.shape();
+  HostTensor t(DType::kInt32, {s[1], s[0], s[2]});
+  const auto row_bytes = static_cast<std::size_t>(s[2]) * sizeof(std::int32_t);
+  for (std::int64_t h = 0; h < s[0]; ++h)
+    for (std::int64_t r = 0; r < s[1]; ++r)
+      std::memcpy(t.data<std::int32_t>() + (r * s[0] + h) * s[2], head_major.data<std::int32_t>() + (h * s[1] + r) * s[2],
+                  row_bytes);
+  return t;
+}
+
 // ---- workload --------------------------------------------------------------------------
 Workload make_workload(const WorkloadSpec& spec) {
   Workload w;

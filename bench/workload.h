@@ -99,6 +99,9 @@ void poison_cache_tails(Workload& w);
 // random in-range ids.
 Workload make_workload(const WorkloadSpec& spec);
 
+// The MSA decode layout of a head-major top-k: [h_kv, rows, K] -> [rows, h_kv, K], contiguous.
+HostTensor query_major_topk(const HostTensor& head_major);
+
 // Fills topk [h_kv, total_q, topk] with the generator's rows (producer contract: a -1-padded
 // prefix of unique ids <= local, local block last, min(topk, local + 1) ids).
 void fill_topk(HostTensor& topk, const std::vector<Request>& requests, int h_kv, int topk_width,

@@ -226,13 +226,7 @@ std::vector<std::string> bench_case(const DecodeBenchOptions& o, const Pool& poo
     outs.emplace_back(q_bytes);
     bench::device_fill_normal(qs.back().ptr, q_bytes / 2, false, 0.25f, spec.seed * 7 + i, nullptr);
   }
-  // The MSA decode layout [B * Q, h_kv, K].
-  bench::HostTensor topk(DType::kInt32, {total_q, s.h_kv, s.topk});
-  for (int g = 0; g < s.h_kv; ++g)
-    for (std::int64_t r = 0; r < total_q; ++r)
-      for (int k = 0; k < s.topk; ++k)
-        topk.data<std::int32_t>()[(r * s.h_kv + g) * s.topk + k] =
-            w.topk.data<std::int32_t>()[(std::int64_t(g) * total_q + r) * s.topk + k];
+  const bench::HostTensor topk = bench::query_major_topk(w.topk);  // the MSA decode layout
   const DeviceBuffer d_topk = upload(topk), d_len = upload(w.k_len);
   DeviceBuffer lse(static_cast<std::size_t>(total_q) * s.h_q * 4);
 

@@ -291,12 +291,8 @@ class Pipeline {
       run_topk(w, options(Stage::kTopk), scores);
     }
     // The serving (MSA decode) layout: [B * Q, h_kv, topk].
-    const std::int64_t rows = w.total_q, width = shape_.topk;
-    HostTensor topk_qm(DType::kInt32, {rows, shape_.h_kv, width});
-    for (std::int64_t h = 0; h < shape_.h_kv; ++h)
-      for (std::int64_t q = 0; q < rows; ++q)
-        std::memcpy(topk_qm.data<std::int32_t>() + (q * shape_.h_kv + h) * width,
-                    w.topk.data<std::int32_t>() + (h * rows + q) * width, width * sizeof(std::int32_t));
+    const std::int64_t rows = w.total_q;
+    const HostTensor topk_qm = bench::query_major_topk(w.topk);
 
     HostTensor out(DType::kBF16, {rows, shape_.h_q, shape_.d}), lse(DType::kFP32, {rows, shape_.h_q});
     DecodeArgs args;

@@ -59,11 +59,7 @@ TEST(Flops, CountSelectionHandComputed) {
 
 TEST(Flops, QueryMajorLayoutCountsTheSame) {
   SmallCase c;
-  HostTensor qm(msa::DType::kInt32, {3, 2, 2});
-  for (int h = 0; h < 2; ++h)
-    for (int q = 0; q < 3; ++q)
-      for (int s = 0; s < 2; ++s)
-        qm.data<std::int32_t>()[(q * 2 + h) * 2 + s] = c.topk.data<std::int32_t>()[(h * 3 + q) * 2 + s];
+  const HostTensor qm = msa::bench::query_major_topk(c.topk);  // [3, 2, 2] of [2, 3, 2]
   const auto a = msa::bench::count_selection(c.topk.view(), c.requests);
   const auto b = msa::bench::count_selection(qm.view(), c.requests, /*query_major=*/true);
   EXPECT_EQ(a.rows, b.rows);

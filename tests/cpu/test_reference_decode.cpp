@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <tuple>
 #include <string>
 #include <vector>
@@ -31,17 +30,6 @@ struct DecodeCase {
   DType dtype;
   float scale;  // 0: 1/sqrt(d); large values make the running max jump past the lazy threshold
 };
-
-// [h_kv, rows, K] -> [rows, h_kv, K]
-HostTensor to_query_major(const HostTensor& head_major) {
-  const auto& s = head_major.shape();
-  HostTensor t(DType::kInt32, {s[1], s[0], s[2]});
-  for (std::int64_t g = 0; g < s[0]; ++g)
-    for (std::int64_t r = 0; r < s[1]; ++r)
-      std::memcpy(t.data<std::int32_t>() + (r * s[0] + g) * s[2],
-                  head_major.data<std::int32_t>() + (g * s[1] + r) * s[2], s[2] * sizeof(std::int32_t));
-  return t;
-}
 
 void check_decode(const DecodeCase& c, std::uint64_t seed) {
   SCOPED_TRACE(testing::Message() << "Q " << c.q_per_request << " G " << c.h_q / c.h_kv << " page " << c.page_size
@@ -71,7 +59,7 @@ void check_decode(const DecodeCase& c, std::uint64_t seed) {
   HostTensor ref_out(c.dtype, {w.total_q, c.h_q, 128}), ref_lse(DType::kFP32, {w.total_q, c.h_q});
   msa::cpu::sparse_prefill_gather(spec.shape, w.prefill_args(ref_out, ref_lse));
 
-  const HostTensor query_major = to_query_major(w.topk);
+  const HostTensor query_major = msa::bench::query_major_topk(w.topk);
   HostTensor out(c.dtype, {w.total_q, c.h_q, 128}), lse(DType::kFP32, {w.total_q, c.h_q});
   out.fill(3.f);
   msa::DecodeArgs a;
@@ -169,7 +157,7 @@ void check_fp8_decode(int page_size, bool token_major, const std::vector<float>&
   HostTensor ref_out(DType::kBF16, {w.total_q, 16, 128}), ref_lse(DType::kFP32, {w.total_q, 16});
   msa::cpu::sparse_prefill_gather(spec.shape, w.prefill_args(ref_out, ref_lse));
 
-  const HostTensor query_major = to_query_major(w.topk);
+  const HostTensor query_major = msa::bench::query_major_topk(w.topk);
   HostTensor out(DType::kBF16, {w.total_q, 16, 128}), lse(DType::kFP32, {w.total_q, 16});
   msa::DecodeArgs a;
   a.q = w.q.view();
@@ -221,7 +209,7 @@ TEST(ReferenceDecode, Fp8ArgumentsAreNamed) {
   spec.seed = 7;
   Workload w = msa::bench::make_workload(spec);
   const Fp8Cache fp8 = quantise(w, {1.f, 2.f}, {0.5f});
-  const HostTensor query_major = to_query_major(w.topk);
+  const HostTensor query_major = msa::bench::query_major_topk(w.topk);
   HostTensor out(DType::kBF16, {w.total_q, 8, 128});
   HostTensor bad_factor(DType::kFP32, {3});
   HostTensor zero_factor(DType::kFP32, {2});

@@ -101,18 +101,6 @@ std::vector<Case> cases() {
   return c;
 }
 
-// [h_kv, T, K] -> [T, h_kv, K].
-HostTensor query_major(const HostTensor& head_major) {
-  const std::int64_t h = head_major.shape()[0], t = head_major.shape()[1], k = head_major.shape()[2];
-  HostTensor out(msa::DType::kInt32, {t, h, k});
-  const auto* src = head_major.data<std::int32_t>();
-  auto* dst = out.data<std::int32_t>();
-  for (std::int64_t g = 0; g < h; ++g)
-    for (std::int64_t i = 0; i < t; ++i)
-      for (std::int64_t s = 0; s < k; ++s) dst[(i * h + g) * k + s] = src[(g * t + i) * k + s];
-  return out;
-}
-
 std::int64_t max_len(const Case& c) {
   std::int64_t m = 0;
   for (const Request& r : c.spec.requests) m = std::max<std::int64_t>(m, r.k_len);
@@ -177,7 +165,7 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
   HostTensor out(c.spec.dtype, {w.total_q, s.h_q, s.d}), lse(msa::DType::kFP32, {w.total_q, s.h_q});
   out.fill(std::nanf(""));  // poison: every element must be written
   lse.fill(std::nanf(""));
-  const HostTensor topk_host = query_major(w.topk);
+  const HostTensor topk_host = msa::bench::query_major_topk(w.topk);
   DeviceDecode d(c, w, c.head_major ? w.topk : topk_host, out, lse);
 
   msa::Options o;
@@ -232,7 +220,7 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
     d.q.upload(w2.q);
     d.seq_len.upload(w2.k_len);
     if (c.head_major) d.topk.upload(w2.topk);
-    else d.topk.upload(query_major(w2.topk));
+    else d.topk.upload(msa::bench::query_major_topk(w2.topk));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
@@ -254,7 +242,7 @@ TEST(DecodeCudaApi, CallerWorkspaceAndCpuTwinAgree) {
   Case c = make_case("api", 64, 4, 16, 128, 8, {3000, 9, 1200}, Selection::kRandom, 21);
   const auto& s = c.spec.shape;
   Workload w = msa::bench::make_workload(c.spec);
-  const HostTensor topk_q = query_major(w.topk);
+  const HostTensor topk_q = msa::bench::query_major_topk(w.topk);
   HostTensor cpu_out(c.spec.dtype, {w.total_q, s.h_q, s.d}), cpu_lse(msa::DType::kFP32, {w.total_q, s.h_q});
   msa::DecodeArgs ha;
   ha.q = w.q.view();
