@@ -12,5 +12,7 @@ namespace msa::bench {
 // (seed, index): the same seed gives the same tensor on any GPU.
 void device_fill_normal(void* dst, std::int64_t n, bool fp16, float sd, std::uint64_t seed,
                         cudaStream_t stream);
+// The same as FP8 E4M3 codes (satfinite), one byte each.
+void device_fill_normal_fp8(void* dst, std::int64_t n, float sd, std::uint64_t seed, cudaStream_t stream);
 
 }  // namespace msa::bench

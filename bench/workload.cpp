@@ -6,6 +6,7 @@
 #include <new>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "core/half.h"
 
@@ -298,6 +299,42 @@ PrefillArgs Workload::prefill_args(const HostTensor& out, const HostTensor& lse)
   a.out = out.view();
   a.lse = lse.view();
   return a;
+}
+
+namespace {
+
+// The KV head of element i of a K/V storage tensor (paged HND, token-major pages, or flat).
+std::int64_t head_of(const HostTensor& storage, bool token_major, std::int64_t i) {
+  const auto& s = storage.shape();
+  const std::int64_t d = s.back();
+  if (s.size() == 4 && !token_major) return (i / (s[2] * d)) % s[1];  // [pages, h_kv, page, d]
+  return (i / d) % s[s.size() - 2];                                    // [.., h_kv, d]
+}
+
+}  // namespace
+
+Fp8Kv quantise_kv_fp8(Workload& w, const std::vector<float>& k_factors, const std::vector<float>& v_factors) {
+  Fp8Kv c{HostTensor(DType::kFP8E4M3, w.k.shape()), HostTensor(DType::kFP8E4M3, w.v.shape()),
+          HostTensor(DType::kFP32, {static_cast<std::int64_t>(k_factors.size())}),
+          HostTensor(DType::kFP32, {static_cast<std::int64_t>(v_factors.size())})};
+  for (std::size_t i = 0; i < k_factors.size(); ++i) c.k_descale.set(static_cast<std::int64_t>(i), k_factors[i]);
+  for (std::size_t i = 0; i < v_factors.size(); ++i) c.v_descale.set(static_cast<std::int64_t>(i), v_factors[i]);
+  const bool tm = w.spec.token_major_pages;
+  for (auto [src, dst, f] : {std::tuple{&w.k, &c.k, &k_factors}, std::tuple{&w.v, &c.v, &v_factors}}) {
+    for (std::int64_t i = 0; i < src->numel(); ++i) {
+      const float factor = (*f)[f->size() == 1 ? 0 : static_cast<std::size_t>(head_of(*src, tm, i))];
+      const std::uint8_t stored = float_to_fp8_e4m3(src->get(i) / factor);
+      dst->data<std::uint8_t>()[i] = stored;
+      src->set(i, fp8_e4m3_to_float(stored) * factor);
+    }
+  }
+  return c;
+}
+
+TensorView retyped(TensorView v, const HostTensor& storage) {
+  v.data = storage.raw();
+  v.dtype = storage.dtype();
+  return v;
 }
 
 void poison_cache_tails(Workload& w) {

@@ -94,6 +94,18 @@ struct Workload {
 // no result may depend on (P is 0 there, but 0 * NaN is not).
 void poison_cache_tails(Workload& w);
 
+// FP8 E4M3 copies of w's K and V (stored = fp8(value / descale), satfinite) with their descale
+// factors, [1] (per tensor) or [h_kv] (per KV head); w's K and V become the dequantised values
+// (fp8 * descale, rounded to w's dtype: exact when the factors are powers of two), which is
+// what a reference must read. NaN (poisoned tails) stays NaN (code 0x7f).
+struct Fp8Kv {
+  HostTensor k, v, k_descale, v_descale;
+};
+Fp8Kv quantise_kv_fp8(Workload& w, const std::vector<float>& k_factors, const std::vector<float>& v_factors);
+
+// `v` pointing at `storage`'s data, with its dtype (e.g. a K/V view retyped to its FP8 copy).
+TensorView retyped(TensorView v, const HostTensor& storage);
+
 // Builds every tensor from the spec. Values: randn * 0.25 for Q/K/V and the index branch,
 // sinks randn; pages a random permutation of physical ids; unused page-table entries hold
 // random in-range ids.

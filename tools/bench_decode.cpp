@@ -55,6 +55,7 @@ struct DecodeBenchOptions {
   std::vector<int> lengths = {1000, 4000, 10000, 50000, 100000, 200000};
   std::vector<int> qs = {1, 8, 16};
   std::vector<Generator> gens = generators();
+  std::vector<bool> fp8 = {false};  // K/V caches: bf16, FP8 E4M3 (true)
   double pool_gib = 8.0;
   std::uint64_t seed = 1;
   int warmup = 5;
@@ -66,15 +67,16 @@ std::string usage() {
   return "usage: msa bench decode [options]\n"
          "\n"
          "Times one CUDA sparse decode step (run(), replayed in a CUDA graph) per case of the grid\n"
-         "batch x length x queries per request x generator, paged K/V (page 128, BF16), and reports\n"
-         "the bytes it must read (each request's and KV head's union of selected blocks, plus Q and\n"
-         "out) against the copy bandwidth measured at the start.\n"
+         "batch x length x queries per request x generator x K/V dtype, paged K/V (page 128), and\n"
+         "reports the bytes it must read (each request's and KV head's union of selected blocks, plus\n"
+         "Q and out) against the copy bandwidth measured at the start.\n"
          "\n"
          "options (default in brackets):\n"
          "  --batch N,...     requests per step [1,2,4,8,32,64,128]\n"
          "  --len N,...       tokens per request (seq_len) [1000,4000,10000,50000,100000,200000]\n"
          "  --q N,...         queries per request, 1..16 [1,8,16]\n"
          "  --gen NAME        random|mtp-shared (repeatable) [both]\n"
+         "  --kv LIST         K/V cache dtypes: bf16, fp8 (E4M3, descale per KV head), comma separated [bf16]\n"
          "  --h-q N --h-kv N --topk N   geometry [64, 4, 16]; d is 128\n"
          "  --pool-gib X      K/V page pool [8]\n"
          "  --seed N          [1]\n"
@@ -113,6 +115,16 @@ DecodeBenchOptions parse(const std::vector<std::string>& args) {
       const auto it = std::find_if(generators().begin(), generators().end(), [&](const Generator& g) { return g.name == v; });
       if (it == generators().end()) r.bad(name, v, "expected random or mtp-shared");
       gens.push_back(*it);
+    } else if (name == "--kv") {
+      const std::string v = r.value();
+      o.fp8.clear();
+      for (std::size_t at = 0; at <= v.size();) {
+        const std::size_t comma = std::min(v.find(',', at), v.size());
+        const std::string item = v.substr(at, comma - at);
+        if (item != "bf16" && item != "fp8") r.bad(name, v, "expected bf16 and / or fp8, comma separated");
+        o.fp8.push_back(item == "fp8");
+        at = comma + 1;
+      }
     } else if (name == "--h-q") o.shape.h_q = r.integer(1, 1024);
     else if (name == "--h-kv") o.shape.h_kv = r.integer(1, 1024);
     else if (name == "--topk") o.shape.topk = r.integer(1, 32);
@@ -134,14 +146,15 @@ DecodeBenchOptions parse(const std::vector<std::string>& args) {
 constexpr int kPage = 128;
 
 // Bytes one step must read and write: per (request, KV head) the union of its queries' valid
-// selected blocks, each block's tokens below seq_len (K and V, 2 bytes each); plus Q and out.
+// selected blocks, each block's tokens below seq_len (K and V, kv_bytes each); plus Q and out
+// (2 bytes each).
 struct StepBytes {
   double kv = 0, q = 0, out = 0;
   double union_blocks = 0;  // mean union size per (request, KV head)
   double total() const { return kv + q + out; }
 };
 
-StepBytes step_bytes(const AttentionShape& s, const bench::Workload& w, int q_per_request) {
+StepBytes step_bytes(const AttentionShape& s, const bench::Workload& w, int q_per_request, int kv_bytes) {
   StepBytes r;
   const auto* ids = w.topk.data<std::int32_t>();  // [h_kv, B * Q, K]
   const auto batch = static_cast<std::int64_t>(w.spec.requests.size());
@@ -157,7 +170,7 @@ StepBytes step_bytes(const AttentionShape& s, const bench::Workload& w, int q_pe
           if (id >= 0 && id < blocks) u.insert(id);
         }
       for (const std::int32_t id : u)
-        r.kv += 2.0 * 2.0 * s.d * static_cast<double>(std::min<std::int64_t>(kBlockSize, len - std::int64_t(id) * kBlockSize));
+        r.kv += 2.0 * kv_bytes * s.d * static_cast<double>(std::min<std::int64_t>(kBlockSize, len - std::int64_t(id) * kBlockSize));
       unions += static_cast<std::int64_t>(u.size());
     }
   }
@@ -189,13 +202,14 @@ double copy_bandwidth(void* a, void* b, std::size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
 }
 
+// The K/V page pools: bf16, and FP8 (descales per KV head) when a case asks for it.
 struct Pool {
-  std::unique_ptr<DeviceBuffer> k, v;
+  std::unique_ptr<DeviceBuffer> k, v, k8, v8, descale;
   std::int64_t pages = 0;
 };
 
 std::vector<std::string> bench_case(const DecodeBenchOptions& o, const Pool& pool, int batch, int len, int q,
-                                    const Generator& gen, double copy_bw) {
+                                    const Generator& gen, bool fp8, double copy_bw) {
   const AttentionShape& s = o.shape;
   bench::WorkloadSpec spec;
   spec.shape = s;
@@ -206,7 +220,7 @@ std::vector<std::string> bench_case(const DecodeBenchOptions& o, const Pool& poo
   spec.seed = o.seed + static_cast<std::uint64_t>(batch) * 1000003u + static_cast<std::uint64_t>(len) * 31u + q;
   spec.host_values = false;
   const bench::Workload w = bench::make_workload(spec);
-  const StepBytes bytes = step_bytes(s, w, q);
+  const StepBytes bytes = step_bytes(s, w, q, fp8 ? 1 : 2);
   const std::int64_t total_q = w.total_q;
 
   // Rotation: enough sets that one replay's pages are evicted before the set comes back.
@@ -234,8 +248,13 @@ std::vector<std::string> bench_case(const DecodeBenchOptions& o, const Pool& poo
   for (int i = 0; i < sets; ++i) {
     DecodeArgs& a = args[i];
     a.q = TensorView::contiguous(qs[i].ptr, DType::kBF16, {total_q, s.h_q, s.d}, Device::kCuda);
-    a.kv.k = TensorView::contiguous(pool.k->ptr, DType::kBF16, {pool.pages, s.h_kv, kPage, s.d}, Device::kCuda);
-    a.kv.v = TensorView::contiguous(pool.v->ptr, DType::kBF16, {pool.pages, s.h_kv, kPage, s.d}, Device::kCuda);
+    const DType kv = fp8 ? DType::kFP8E4M3 : DType::kBF16;
+    a.kv.k = TensorView::contiguous((fp8 ? pool.k8 : pool.k)->ptr, kv, {pool.pages, s.h_kv, kPage, s.d}, Device::kCuda);
+    a.kv.v = TensorView::contiguous((fp8 ? pool.v8 : pool.v)->ptr, kv, {pool.pages, s.h_kv, kPage, s.d}, Device::kCuda);
+    if (fp8) {
+      a.k_descale = TensorView::contiguous(pool.descale->ptr, DType::kFP32, {s.h_kv}, Device::kCuda);
+      a.v_descale = a.k_descale;
+    }
     a.kv.page_table = on_device(table.view(), tables[i].ptr);
     a.seq_len = on_device(w.k_len.view(), d_len.ptr);
     a.topk = on_device(topk.view(), d_topk.ptr);
@@ -258,6 +277,7 @@ std::vector<std::string> bench_case(const DecodeBenchOptions& o, const Pool& poo
           std::to_string(len),
           std::to_string(q),
           gen.name,
+          fp8 ? "fp8" : "bf16",
           format("%.1f", bytes.union_blocks),
           format("%.1f", bytes.total() * 1e-6),
           format("%.1f", run.median_ms * 1e3),
@@ -293,6 +313,17 @@ int bench_decode_command(const std::vector<std::string>& args) {
   pool.v = std::make_unique<DeviceBuffer>(static_cast<std::size_t>(pool_elems) * 2);
   bench::device_fill_normal(pool.k->ptr, pool_elems, false, 0.25f, o.seed * 3 + 1, nullptr);
   bench::device_fill_normal(pool.v->ptr, pool_elems, false, 0.25f, o.seed * 3 + 2, nullptr);
+  if (std::find(o.fp8.begin(), o.fp8.end(), true) != o.fp8.end()) {
+    // FP8 codes of N(0, 4^2) values with descale 1/16: K and V of the same spread as bf16's.
+    pool.k8 = std::make_unique<DeviceBuffer>(static_cast<std::size_t>(pool_elems));
+    pool.v8 = std::make_unique<DeviceBuffer>(static_cast<std::size_t>(pool_elems));
+    bench::device_fill_normal_fp8(pool.k8->ptr, pool_elems, 4.f, o.seed * 3 + 3, nullptr);
+    bench::device_fill_normal_fp8(pool.v8->ptr, pool_elems, 4.f, o.seed * 3 + 4, nullptr);
+    const std::vector<float> factors(static_cast<std::size_t>(s.h_kv), 1.f / 16.f);
+    pool.descale = std::make_unique<DeviceBuffer>(factors.size() * sizeof(float));
+    check(cudaMemcpy(pool.descale->ptr, factors.data(), factors.size() * sizeof(float), cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+  }
   check(cudaDeviceSynchronize(), "fill");
   const std::size_t copy_bytes = std::min<std::size_t>(std::size_t{1} << 30, static_cast<std::size_t>(pool_elems) * 2);
   const double copy_bw = copy_bandwidth(pool.k->ptr, pool.v->ptr, copy_bytes);
@@ -300,23 +331,24 @@ int bench_decode_command(const std::vector<std::string>& args) {
 
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("msa bench decode on %s (%d SMs, L2 %d MB): h_q %d, h_kv %d, d %d, topk %d, page %d, bf16; "
+  std::printf("msa bench decode on %s (%d SMs, L2 %d MB): h_q %d, h_kv %d, d %d, topk %d, page %d, bf16 q; "
               "copy bandwidth %.0f GB/s (1 GiB cudaMemcpy, read + write); K/V pool %.1f GiB; median of %d "
               "graph replays after %d warm-up\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, s.h_q, s.h_kv, s.d, s.topk, kPage,
               copy_bw * 1e-9, 2.0 * page_bytes * pool.pages / double(1 << 30), o.reps, o.warmup);
-  Table table({{"B", true}, {"L", true}, {"Q", true}, {"gen"}, {"union", true}, {"MB", true}, {"us", true},
+  Table table({{"B", true}, {"L", true}, {"Q", true}, {"gen"}, {"kv"}, {"union", true}, {"MB", true}, {"us", true},
                {"cv", true}, {"GB/s", true}, {"% copy", true}, {"sets", true}});
   for (const Generator& gen : o.gens)
     for (const int q : o.qs)
       for (const int batch : o.batches)
-        for (const int len : o.lengths) {
-          table.add_row(bench_case(o, pool, batch, len, q, gen, copy_bw));
-          std::fprintf(stderr, "  done: B %d L %d Q %d %s\n", batch, len, q, gen.name.c_str());
-        }
+        for (const int len : o.lengths)
+          for (const bool fp8 : o.fp8) {
+            table.add_row(bench_case(o, pool, batch, len, q, gen, fp8, copy_bw));
+            std::fprintf(stderr, "  done: B %d L %d Q %d %s %s\n", batch, len, q, gen.name.c_str(), fp8 ? "fp8" : "bf16");
+          }
   table.print(stdout);
   std::printf("union = mean blocks per (request, KV head) in the union of its queries' selections; MB = the bytes "
-              "a step must read (those blocks' K and V below seq_len, Q) and write (out); %% copy = (MB / us) / copy "
+              "a step must read (those blocks' K and V below seq_len, in the kv dtype; Q) and write (out); %% copy = (MB / us) / copy "
               "bandwidth\n");
   return kExitPass;
 #else

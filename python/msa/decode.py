@@ -43,7 +43,7 @@ class SparseDecode:
         ``topk_head_major``), written into ``out [B * Q, h_q, d]`` (and ``lse [B * Q, h_q]`` fp32
         when given). Paged K/V ``[num_pages, h_kv, page_size, d]`` with ``page_table``, or flat
         ``[total_k, h_kv, d]`` with ``cu_seqlens_k``; ``sinks [h_q]`` fp32. FP8 E4M3 K/V
-        (``float8_e4m3fn``, bf16 q; CPU backend for now) take ``k_descale`` and ``v_descale``
+        (``float8_e4m3fn``, bf16 q; on the GPU head dim 128) take ``k_descale`` and ``v_descale``
         (``[1]`` or ``[h_kv]`` fp32: K = k_descale * stored)."""
         with on_device_of(q):
             self._op.run(q, k, v, out, seq_len, topk, q_per_request, topk_head_major, page_table, cu_seqlens_k,

@@ -415,8 +415,8 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
         [B * Q, num_kv_heads, topk]`` int32 (the MSA decode layout; ``[num_kv_heads, B * Q, topk]``
         with ``topk_head_major``) and ``paged_kv_cache = (k_cache, v_cache)``. Returns ``out``, or
         ``(out, lse)`` with ``return_lse``, as the prefill wrapper does; ``sinks [num_q_heads]``
-        fp32 attention-sink logits. FP8 E4M3 caches (``float8_e4m3fn``, bf16 q; the CPU backend for
-        now) take ``k_descale`` / ``v_descale``, ``[1]`` or ``[num_kv_heads]`` fp32."""
+        fp32 attention-sink logits. FP8 E4M3 caches (``float8_e4m3fn``, bf16 q, head_dim 128) take
+        ``k_descale`` / ``v_descale``, ``[1]`` or ``[num_kv_heads]`` fp32."""
         out, lse = self._outputs(q, out, lse, return_lse)
         _dlpack_arg("topk_indices", topk_indices)
         k, v = self._kv_pair(paged_kv_cache, self._page_table is not None)

@@ -1,6 +1,6 @@
 """FP8 E4M3 K/V caches through the decode wrapper (PyTorch float8_e4m3fn tensors; skipped without
-PyTorch): the CPU backend against the NumPy reference on the dequantised values, and the CUDA
-backend's clear refusal (it does not take FP8 caches yet)."""
+PyTorch): the CPU and CUDA backends against the NumPy reference on the dequantised values, and a
+captured CUDA run replayed with new descales."""
 
 import numpy as np
 import pytest
@@ -53,11 +53,29 @@ def test_fp8_cache_on_the_cpu_matches_the_dequantised_reference(k_factors, v_fac
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and msa.cuda_available()), reason="needs a GPU")
-def test_the_cuda_decode_refuses_fp8_by_name():
-    c = fp8_case(4, [1.0], [1.0])
+@pytest.mark.parametrize("k_factors,v_factors", [([0.02, 0.3], [0.01, 0.5]), ([0.013], [0.021])])
+def test_fp8_cache_on_the_gpu_matches_the_dequantised_reference(k_factors, v_factors):
+    c = fp8_case(4, k_factors, v_factors)
     dev = {k: c[k].cuda() for k in ("q_t", "k_t", "v_t", "topk_qm", "seq_lens", "k_descale", "v_descale")}
     w = msa.BatchDecodeWithPagedKVCacheWrapper()
     w.plan(dev["seq_lens"], None, q_len_per_request=Q, num_q_heads=8, num_kv_heads=2, topk=4, max_seqlen_k=700,
            cu_seqlens_k=torch.from_numpy(c["cu_k"]).cuda())
-    expect_error("paged_kv_cache[0].dtype", w.run, dev["q_t"], (dev["k_t"], dev["v_t"]), dev["topk_qm"],
-                 k_descale=dev["k_descale"], v_descale=dev["v_descale"])
+    run = lambda: w.run(dev["q_t"], (dev["k_t"], dev["v_t"]), dev["topk_qm"], return_lse=True,
+                        k_descale=dev["k_descale"], v_descale=dev["v_descale"])
+    out, lse = run()
+    assert out.dtype == torch.bfloat16
+    assert_close(out.float().cpu().numpy(), lse.cpu().numpy(), *reference(c))
+    # Captured, then replayed with other descales in the same buffers: the factors are read on
+    # the device at every step.
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = run()
+    dev["k_descale"].mul_(2.0)
+    dev["v_descale"].mul_(0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    c2 = dict(c)
+    c2["k"], c2["v"] = c["k"] * 2.0, c["v"] * 0.5
+    assert_close(g_out.float().cpu().numpy(), g_lse.cpu().numpy(), *reference(c2))
+    expect_error("k_descale", w.run, dev["q_t"], (dev["k_t"], dev["v_t"]), dev["topk_qm"],
+                 v_descale=dev["v_descale"])

@@ -17,6 +17,7 @@
 namespace {
 
 using msa::DType;
+using msa::bench::Fp8Kv;
 using msa::bench::HostTensor;
 using msa::bench::Request;
 using msa::bench::Selection;
@@ -99,43 +100,6 @@ TEST(ReferenceDecode, LargeScoresExerciseTheRescale) {
 
 // ---- FP8 E4M3 K/V ------------------------------------------------------------------------
 
-// The KV head of element i of a K/V storage tensor (paged HND, token-major pages, or flat).
-std::int64_t head_of(const HostTensor& storage, bool token_major, std::int64_t i) {
-  const auto& s = storage.shape();
-  const std::int64_t d = s.back();
-  if (s.size() == 4 && !token_major) return (i / (s[2] * d)) % s[1];  // [pages, h_kv, page, d]
-  return (i / d) % s[s.size() - 2];                                    // [.., h_kv, d]
-}
-
-// FP8 copies of w's K and V, stored / descale; w's K and V become the dequantised values
-// (fp8 * descale, rounded to w's dtype: exact when the factors are powers of two).
-struct Fp8Cache {
-  HostTensor k, v, k_descale, v_descale;
-};
-Fp8Cache quantise(Workload& w, const std::vector<float>& k_factors, const std::vector<float>& v_factors) {
-  Fp8Cache c{HostTensor(DType::kFP8E4M3, w.k.shape()), HostTensor(DType::kFP8E4M3, w.v.shape()),
-             HostTensor(DType::kFP32, {static_cast<std::int64_t>(k_factors.size())}),
-             HostTensor(DType::kFP32, {static_cast<std::int64_t>(v_factors.size())})};
-  for (std::size_t i = 0; i < k_factors.size(); ++i) c.k_descale.set(static_cast<std::int64_t>(i), k_factors[i]);
-  for (std::size_t i = 0; i < v_factors.size(); ++i) c.v_descale.set(static_cast<std::int64_t>(i), v_factors[i]);
-  const bool tm = w.spec.token_major_pages;
-  for (auto [src, dst, f] : {std::tuple{&w.k, &c.k, &k_factors}, std::tuple{&w.v, &c.v, &v_factors}}) {
-    for (std::int64_t i = 0; i < src->numel(); ++i) {
-      const float factor = (*f)[f->size() == 1 ? 0 : static_cast<std::size_t>(head_of(*src, tm, i))];
-      const std::uint8_t stored = msa::float_to_fp8_e4m3(src->get(i) / factor);
-      dst->data<std::uint8_t>()[i] = stored;
-      src->set(i, msa::fp8_e4m3_to_float(stored) * factor);
-    }
-  }
-  return c;
-}
-
-msa::TensorView retyped(msa::TensorView v, const HostTensor& storage) {
-  v.data = storage.raw();
-  v.dtype = storage.dtype();
-  return v;
-}
-
 // Factors that are powers of two make the dequantised reference exact; others round it to bf16,
 // well inside the spec tolerance.
 void check_fp8_decode(int page_size, bool token_major, const std::vector<float>& kf, const std::vector<float>& vf,
@@ -151,7 +115,7 @@ void check_fp8_decode(int page_size, bool token_major, const std::vector<float>&
   spec.sinks = true;
   spec.seed = seed;
   Workload w = msa::bench::make_workload(spec);
-  const Fp8Cache fp8 = quantise(w, kf, vf);
+  const Fp8Kv fp8 = msa::bench::quantise_kv_fp8(w, kf, vf);
 
   // The reference reads the dequantised values (w's K/V now hold them).
   HostTensor ref_out(DType::kBF16, {w.total_q, 16, 128}), ref_lse(DType::kFP32, {w.total_q, 16});
@@ -162,8 +126,8 @@ void check_fp8_decode(int page_size, bool token_major, const std::vector<float>&
   msa::DecodeArgs a;
   a.q = w.q.view();
   a.kv = w.kv();
-  a.kv.k = retyped(a.kv.k, fp8.k);
-  a.kv.v = retyped(a.kv.v, fp8.v);
+  a.kv.k = msa::bench::retyped(a.kv.k, fp8.k);
+  a.kv.v = msa::bench::retyped(a.kv.v, fp8.v);
   a.k_descale = fp8.k_descale.view();
   a.v_descale = fp8.v_descale.view();
   a.seq_len = w.k_len.view();
@@ -208,7 +172,7 @@ TEST(ReferenceDecode, Fp8ArgumentsAreNamed) {
   spec.requests = {{2, 300}, {2, 9}};
   spec.seed = 7;
   Workload w = msa::bench::make_workload(spec);
-  const Fp8Cache fp8 = quantise(w, {1.f, 2.f}, {0.5f});
+  const Fp8Kv fp8 = msa::bench::quantise_kv_fp8(w, {1.f, 2.f}, {0.5f});
   const HostTensor query_major = msa::bench::query_major_topk(w.topk);
   HostTensor out(DType::kBF16, {w.total_q, 8, 128});
   HostTensor bad_factor(DType::kFP32, {3});
@@ -219,8 +183,8 @@ TEST(ReferenceDecode, Fp8ArgumentsAreNamed) {
     msa::DecodeArgs a;
     a.q = w.q.view();
     a.kv = w.kv();
-    a.kv.k = retyped(a.kv.k, fp8.k);
-    a.kv.v = retyped(a.kv.v, fp8.v);
+    a.kv.k = msa::bench::retyped(a.kv.k, fp8.k);
+    a.kv.v = msa::bench::retyped(a.kv.v, fp8.v);
     a.k_descale = fp8.k_descale.view();
     a.v_descale = fp8.v_descale.view();
     a.seq_len = w.k_len.view();
@@ -242,8 +206,8 @@ TEST(ReferenceDecode, Fp8ArgumentsAreNamed) {
   // The prefill does not take FP8 caches.
   HostTensor pout(DType::kBF16, {w.total_q, 8, 128});
   msa::PrefillArgs p = w.prefill_args(pout, HostTensor());
-  p.kv.k = retyped(p.kv.k, fp8.k);
-  p.kv.v = retyped(p.kv.v, fp8.v);
+  p.kv.k = msa::bench::retyped(p.kv.k, fp8.k);
+  p.kv.v = msa::bench::retyped(p.kv.v, fp8.v);
   expect_error([&] { msa::sparse_prefill(spec.shape, p, msa::Options{}); }, "k.dtype", "fp8_e4m3");
 }
 

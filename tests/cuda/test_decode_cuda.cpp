@@ -4,7 +4,9 @@
 // identical -inf positions on lse, bitwise-identical reruns, and one captured run() replayed with
 // new seq_len, top-k and Q in the same buffers. Q = 1..16, G = 1..16, K 1..32, lengths below 128
 // and not multiples of it, page sizes 16..128 and flat K/V, token-major pages, both top-k
-// layouts, sinks, adversarial ids; every case in each dtype of the build.
+// layouts, sinks, adversarial ids; every case in each dtype of the build. FP8 E4M3 K/V cases
+// (descales per tensor and per KV head, NaN codes in the stale tails) compare with the same
+// reference on the dequantised values.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -27,6 +29,7 @@
 
 namespace {
 
+using msa::bench::Fp8Kv;
 using msa::bench::HostTensor;
 using msa::bench::Request;
 using msa::bench::Selection;
@@ -40,6 +43,9 @@ struct Case {
   int q = 1;
   bool head_major = false;   // top-k [h_kv, B * Q, K] (else the MSA decode layout [B * Q, h_kv, K])
   bool adversarial = false;  // -1, duplicates and out-of-range ids in the rows
+  // FP8 E4M3 K/V with bf16 q when not empty: the descale factors, [1] or [h_kv] each.
+  std::vector<float> k_descale, v_descale;
+  bool fp8() const { return !k_descale.empty(); }
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -98,6 +104,25 @@ std::vector<Case> cases() {
     h.spec.dtype = msa::DType::kFP16;
     c.push_back(h);
   }
+  // FP8 E4M3 K/V: factors that are not powers of two, per tensor and per KV head, and small
+  // enough factors that codes span subnormals to the format's maximum.
+  if (msa::test::fp8_decode_built()) {
+    const auto fp8 = [&](Case x, std::vector<float> kf, std::vector<float> vf) {
+      x.name = "fp8_" + x.name;
+      x.k_descale = std::move(kf);
+      x.v_descale = std::move(vf);
+      c.push_back(std::move(x));
+    };
+    fp8(c[0], {0.02f, 0.5f, 0.0039f, 0.11f}, {0.3f, 0.007f, 1.f, 0.05f});  // per KV head
+    fp8(c[1], {0.013f}, {0.021f});                                           // per tensor
+    fp8(c[2], {0.01f}, {0.6f, 0.004f});                                      // head-major, page 16
+    fp8(c[3], {0.0625f}, {0.004f});                                          // flat, topk 32
+    fp8(c[4], {0.009f, 0.3f}, {0.02f});                                      // token-major pages, sinks
+    fp8(c[7], {0.05f}, {0.05f});                                             // adversarial ids
+    fp8(c[8], {0.003f}, {0.2f});                                             // B = 1: split
+    fp8(c[10], {0.01f, 0.02f, 0.03f, 0.04f}, {0.015f});                      // split, sinks
+    fp8(c[11], {0.011f}, {0.013f});  // 96 requests: several tiles per CTA
+  }
   return c;
 }
 
@@ -125,20 +150,25 @@ void expect_matches(const HostTensor& out, const HostTensor& lse, const Referenc
   EXPECT_TRUE(r_lse.ok) << what << " lse: " << r_lse.summary();
 }
 
-// The device copies of a decode's inputs and outputs.
+// The device copies of a decode's inputs and outputs (K/V from `fp8` when not null).
 struct DeviceDecode {
-  DeviceTensor q, k, v, seq_len, topk, pt, cuk, sinks, out, lse;
+  DeviceTensor q, k, v, seq_len, topk, pt, cuk, sinks, out, lse, k_descale, v_descale;
   msa::DecodeArgs args;
 
   DeviceDecode(const Case& c, const Workload& w, const HostTensor& topk_host, const HostTensor& out_h,
-               const HostTensor& lse_h)
-      : q(w.q), k(w.k, w.kv().k), v(w.v, w.kv().v), seq_len(w.k_len), topk(topk_host),
-        pt(c.spec.page_size > 0, w.page_table, w.page_table.view()),
+               const HostTensor& lse_h, const Fp8Kv* fp8 = nullptr)
+      : q(w.q), k(fp8 ? fp8->k : w.k, fp8 ? msa::bench::retyped(w.kv().k, fp8->k) : w.kv().k),
+        v(fp8 ? fp8->v : w.v, fp8 ? msa::bench::retyped(w.kv().v, fp8->v) : w.kv().v), seq_len(w.k_len),
+        topk(topk_host), pt(c.spec.page_size > 0, w.page_table, w.page_table.view()),
         cuk(c.spec.page_size == 0, w.cu_seqlens_k, w.cu_seqlens_k.view()),
-        sinks(c.spec.sinks, w.sinks, w.sinks.view()), out(out_h), lse(lse_h) {
+        sinks(c.spec.sinks, w.sinks, w.sinks.view()), out(out_h), lse(lse_h),
+        k_descale(fp8 != nullptr, fp8 ? fp8->k_descale : w.k_len, fp8 ? fp8->k_descale.view() : msa::TensorView{}),
+        v_descale(fp8 != nullptr, fp8 ? fp8->v_descale : w.k_len, fp8 ? fp8->v_descale.view() : msa::TensorView{}) {
     args.q = q.view;
     args.kv.k = k.view;
     args.kv.v = v.view;
+    args.k_descale = k_descale.view;
+    args.v_descale = v_descale.view;
     args.kv.page_table = pt.view;
     args.kv.cu_seqlens_k = cuk.view;
     args.seq_len = seq_len.view;
@@ -160,13 +190,16 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
   Workload w = msa::bench::make_workload(c.spec);
   if (c.adversarial) msa::test::make_adversarial(w.topk, c.spec.seed, 20);
   if (c.spec.page_size > 0) msa::bench::poison_cache_tails(w);
+  // FP8: the caches hold the codes (NaN codes in the tails); the reference reads w's K/V, now
+  // the dequantised values.
+  const Fp8Kv fp8 = c.fp8() ? msa::bench::quantise_kv_fp8(w, c.k_descale, c.v_descale) : Fp8Kv{};
   const Reference ref = reference(w);
 
   HostTensor out(c.spec.dtype, {w.total_q, s.h_q, s.d}), lse(msa::DType::kFP32, {w.total_q, s.h_q});
   out.fill(std::nanf(""));  // poison: every element must be written
   lse.fill(std::nanf(""));
   const HostTensor topk_host = msa::bench::query_major_topk(w.topk);
-  DeviceDecode d(c, w, c.head_major ? w.topk : topk_host, out, lse);
+  DeviceDecode d(c, w, c.head_major ? w.topk : topk_host, out, lse, c.fp8() ? &fp8 : nullptr);
 
   msa::Options o;
   o.backend = msa::Backend::kCuda;
@@ -205,6 +238,7 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
   if (c.spec.page_size > 0 && !c.adversarial) {
     Workload w2 = msa::bench::make_workload(c.spec);  // the same caches and page table
     msa::bench::poison_cache_tails(w2);
+    if (c.fp8()) msa::bench::quantise_kv_fp8(w2, c.k_descale, c.v_descale);  // the same codes
     std::mt19937_64 rng(c.spec.seed + 99);
     std::vector<Request> shorter = c.spec.requests;
     auto* k_len = w2.k_len.data<std::int32_t>();

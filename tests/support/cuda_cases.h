@@ -1,5 +1,5 @@
 // Shared pieces of the CUDA operator tests' case tables: whether this build holds the fp16
-// kernel instances (MSA_CUDA_DTYPES), and adversarial top-k rows (-1, duplicates, negative and
+// kernel instances (MSA_CUDA_DTYPES) and the FP8 decode instance, and adversarial top-k rows (-1, duplicates, negative and
 // out-of-range ids, some rows empty) that no result may depend on beyond the spec's set rule.
 #pragma once
 
@@ -15,6 +15,15 @@ inline bool fp16_instances_built() {
   bool built = false;
 #define MSA_BUILT(DT, D) built = built || msa::DType::DT == msa::DType::kFP16;
   MSA_PREFILL_INSTANCES(MSA_BUILT)
+#undef MSA_BUILT
+  return built;
+}
+
+// Whether this build holds the decode's FP8 E4M3 K/V instance (with bf16 in MSA_CUDA_DTYPES).
+inline bool fp8_decode_built() {
+  bool built = false;
+#define MSA_BUILT(DT, D) built = true;
+  MSA_DECODE_FP8_INSTANCES(MSA_BUILT)
 #undef MSA_BUILT
   return built;
 }

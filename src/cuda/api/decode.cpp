@@ -54,8 +54,6 @@ class DecodeCuda final : public SparseDecode::Impl {
   void run(const DecodeArgs& args, cudaStream_t stream) override {
     MSA_REQUIRE(planned_, "plan", "none", "call plan() before run()");
     const BatchInfo info = validate_decode(shape, args, options, Device::kCuda);  // metadata only
-    MSA_REQUIRE(args.kv.k.dtype != DType::kFP8E4M3, "k.dtype", "fp8_e4m3",
-                "the CUDA sparse decode does not take FP8 K/V caches yet (the CPU backend does)");
     MSA_REQUIRE(info.batch == geo_.batch, "seq_len.shape[0]", std::to_string(info.batch),
                 "differs from the planned batch = " + std::to_string(geo_.batch));
     MSA_REQUIRE(args.q_per_request == geo_.q_per_request, "q_per_request", std::to_string(args.q_per_request),
@@ -76,11 +74,13 @@ class DecodeCuda final : public SparseDecode::Impl {
 
     const prefill_sm90::AttentionParams attn = decode_attention_params(shape, args, geo_, ws_);
     // Building the TMA descriptors is the last thing that may throw, before any launch.
-    const prefill_sm90::PrefillTma tma = prefill_sm90::make_prefill_tma(attn, args.q.dtype, shape.d);
+    const prefill_sm90::PrefillTma tma = prefill_sm90::make_prefill_tma(attn, args.q.dtype, args.kv.k.dtype, shape.d);
     const CombineParams c = decode_combine_params(shape, args, geo_, ws_);
-    dispatch_prefill(args.q.dtype, shape.d, [&]<DType kDtype, int kHeadDim>() {
-      launch_tile_union<kDtype, kHeadDim>(decode_tile_union_params(attn, args, geo_), tma, sm_count_, stream);
-      launch_combine<kDtype, kHeadDim>(c, stream, /*programmatic=*/true);
+    const DType q_dtype = args.q.dtype;
+    dispatch_decode(q_dtype, args.kv.k.dtype, shape.d, [&]<DType kKvDtype, int kHeadDim>() {
+      launch_tile_union<kKvDtype, kHeadDim>(decode_tile_union_params(attn, args, geo_), tma, sm_count_, stream);
+      // The partials are in q's dtype (bf16 with FP8 K/V).
+      dispatch_combine(q_dtype, kHeadDim, [&]<DType kDtype, int kD>() { launch_combine<kDtype, kD>(c, stream, true); });
     });
   }
 
@@ -93,6 +93,8 @@ class DecodeCuda final : public SparseDecode::Impl {
     h.kv.page_table = m.mirror(a.kv.page_table, stream);
     h.kv.cu_seqlens_k = m.mirror(a.kv.cu_seqlens_k, stream);
     h.sinks = m.mirror(a.sinks, stream);
+    h.k_descale = m.mirror(a.k_descale, stream);
+    h.v_descale = m.mirror(a.v_descale, stream);
     m.wait(stream);
     for (TensorView* t : {&h.q, &h.kv.k, &h.kv.v, &h.out, &h.lse}) *t = as_host(*t);
     const BatchInfo info = validate_decode(shape, h, options, Device::kCpu);

@@ -68,6 +68,12 @@ prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shap
   p.stride_q_token = a.q.stride[0];
   p.stride_q_head = a.q.stride[1];
   set_kv_params(p, a.kv);
+  if (a.kv.k.dtype == DType::kFP8E4M3) {  // [1] or [h_kv] (validated)
+    p.k_descale = a.k_descale.ptr<const float>();
+    p.v_descale = a.v_descale.ptr<const float>();
+    p.k_descale_stride = a.k_descale.dim(0) == 1 ? 0 : static_cast<int>(a.k_descale.stride[0]);
+    p.v_descale_stride = a.v_descale.dim(0) == 1 ? 0 : static_cast<int>(a.v_descale.stride[0]);
+  }
   p.cu_seqlens_q = w.cu_seqlens_q;
   p.k_len = a.seq_len.ptr<const std::int32_t>();
   p.o_partial = w.o_partial;

@@ -30,6 +30,21 @@ void dispatch_prefill(DType dtype, int d, F&& f) {
               " (MSA_CUDA_DTYPES)");
 }
 
+// The decode's kernel instance for (q dtype, K/V dtype, d): the prefill's for 16-bit K/V, or
+// the FP8 E4M3 tile-union instance (bf16 q); calls f.template operator()<kKvDtype, kHeadDim>()
+// where kKvDtype is the tile-union instance (kFP8E4M3 or q's dtype).
+template <class F>
+void dispatch_decode(DType q_dtype, DType kv_dtype, int d, F&& f) {
+  if (kv_dtype != DType::kFP8E4M3) return dispatch_prefill(q_dtype, d, f);
+#define MSA_DISPATCH_CASE(DT, D) \
+  if (d == (D)) return f.template operator()<DType::DT, (D)>();
+  MSA_DECODE_FP8_INSTANCES(MSA_DISPATCH_CASE)
+#undef MSA_DISPATCH_CASE
+  throw Error("k.dtype, shape.d", "fp8_e4m3, " + std::to_string(d),
+              "no CUDA FP8 decode instance: this build holds it for head dim 128 when bf16 is in MSA_CUDA_DTYPES (" MSA_BUILT_DTYPES
+              ")");
+}
+
 // The same for the combine's instances (partial dtype, d).
 template <class F>
 void dispatch_combine(DType dtype, int d, F&& f) {

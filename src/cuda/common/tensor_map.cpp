@@ -25,10 +25,10 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 }  // namespace
 
-CUtensorMap make_tensor_map_16bit(const void* base, DType dtype, const TensorMapDim* dims, int rank,
-                                  const std::string& what) {
-  if (dtype != DType::kBF16 && dtype != DType::kFP16)
-    throw Error(what + ".dtype", to_string(dtype), "internal: TMA descriptors here are for bf16 or fp16");
+CUtensorMap make_tensor_map(const void* base, DType dtype, const TensorMapDim* dims, int rank,
+                            const std::string& what) {
+  if (dtype != DType::kBF16 && dtype != DType::kFP16 && dtype != DType::kFP8E4M3)
+    throw Error(what + ".dtype", to_string(dtype), "internal: TMA descriptors here are for bf16, fp16 or fp8_e4m3");
   cuuint64_t size[5];
   cuuint64_t strides[4];
   cuuint32_t box[5];
@@ -40,8 +40,9 @@ CUtensorMap make_tensor_map_16bit(const void* base, DType dtype, const TensorMap
     if (i > 0) strides[i - 1] = dims[i].stride_bytes;
   }
   CUtensorMap map{};
-  const CUtensorMapDataType type =
-      dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = dtype == DType::kBF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : dtype == DType::kFP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                           : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const CUresult r = encoder()(&map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), size, strides, box,
                                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -1,4 +1,4 @@
-// Host-side TMA descriptors (CUtensorMap) for 16-bit tensors with a 128-byte swizzle.
+// Host-side TMA descriptors (CUtensorMap) for 16-bit and FP8 tensors with a 128-byte swizzle.
 //
 // The encoder is the driver's cuTensorMapEncodeTiled, fetched through the runtime's
 // cudaGetDriverEntryPointByVersion so that nothing links libcuda directly: binaries still
@@ -23,10 +23,10 @@ struct TensorMapDim {
   std::uint32_t box;
 };
 
-// Encodes a tiled tensor map of 16-bit elements (`dtype` bf16 or fp16; rank 1..5) at `base`
-// with SWIZZLE_128B and zero fill out of bounds. `what` names the tensor in the msa::Error
-// thrown when the driver rejects it (alignment, strides, box).
-CUtensorMap make_tensor_map_16bit(const void* base, DType dtype, const TensorMapDim* dims, int rank,
-                                  const std::string& what);
+// Encodes a tiled tensor map of `dtype` elements (bf16, fp16, or fp8_e4m3 copied as bytes; rank
+// 1..5) at `base` with SWIZZLE_128B and zero fill out of bounds. `what` names the tensor in the
+// msa::Error thrown when the driver rejects it (alignment, strides, box).
+CUtensorMap make_tensor_map(const void* base, DType dtype, const TensorMapDim* dims, int rank,
+                            const std::string& what);
 
 }  // namespace msa::cuda

@@ -48,13 +48,14 @@ __device__ __forceinline__ void stage_normalised_o(const AccO& acc_o, const floa
 }
 
 // The epilogue of one tile for this consumer warpgroup's 64 rows. m_scaled: the row halves'
-// max * scale_log2; row_sum: this thread's part of their sums (the quad adds them). The thread
+// max * scale_log2; row_sum: this thread's part of their sums (the quad adds them); o_scale:
+// a factor on O (FP8 V's descale, else 1) that the LSE does not see. The thread
 // issuing a box waits for the store to have read shared memory, so the warpgroup may release
 // `so` to the next Q gather right after.
 template <class Traits, class AccO, class RowTarget>
 __device__ __forceinline__ void store_tile(const PrefillTma& tma, const AccO& acc_o, const float (&m_scaled)[2],
                                            const float (&row_sum)[2], typename Traits::Element* so, float* lse_partial,
-                                           int ct, const RowTarget& target) {
+                                           int ct, const RowTarget& target, float o_scale = 1.f) {
   using namespace cute;
   typename Traits::MmaPV mma;
   auto thr = mma.get_slice(ct);
@@ -64,7 +65,7 @@ __device__ __forceinline__ void store_tile(const PrefillTma& tma, const AccO& ac
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     l[half] = quad_sum(row_sum[half]);
-    inv[half] = l[half] > 0.f ? 1.f / l[half] : 0.f;
+    inv[half] = l[half] > 0.f ? o_scale / l[half] : 0.f;
   }
   stage_normalised_o<Traits>(acc_o, inv, so, ct);
   // LSE: the quad's first lane owns its two rows; ln(sum 2^(s*scale_log2 - m)) = (m + log2 l) ln 2.

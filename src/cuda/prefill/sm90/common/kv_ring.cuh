@@ -2,6 +2,12 @@
 // TMA into a 2-stage ring (one box per page and column half), the V rows past k_len zeroed, and
 // the valid-page mask of a block. The loader warp of each kernel calls KvLoader::load once per
 // block it streams; the consumers release a stage through k_empty / v_empty.
+//
+// FP8 E4M3 K/V (Traits::kFp8Kv, the tile-union kernel of the decode): TMA lands a block's FP8
+// rows in a staging ring (Fp8Staging), and the builder warps widen them to bf16 into the ring
+// (widen_fp8_block, rows past k_len as zeros), then publish the stage on k_full / v_full with
+// their 96 arrivals. The staging stage frees as soon as it is read, so the next block's TMA is
+// in flight while the consumers still hold both bf16 stages.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +25,36 @@ namespace msa::cuda::prefill_sm90 {
 using Barrier64 = cutlass::arch::ClusterTransactionBarrier;
 
 // The ring's shared memory and barriers; each kernel's SharedStorage holds one.
-//   k_full[s], v_full[s]: TMA bytes landed   k_empty[s], v_empty[s]: 256 consumer arrivals
+// FP8 staging (Traits::kFp8Kv only; otherwise empty): kFp8Stages blocks of K and V codes as TMA
+// writes them, [token, 128 bytes] swizzled.
+//   k_full[r], v_full[r]: TMA bytes landed   k_empty[r], v_empty[r]: 96 builder arrivals
+constexpr int kFp8Stages = 1;
+template <class Traits, bool = Traits::kFp8Kv>
+struct Fp8Staging {
+  __device__ void init() {}
+};
+template <class Traits>
+struct Fp8Staging<Traits, true> {
+  static constexpr int kBytes = Traits::kBlockN * Traits::kHeadDim;
+  alignas(1024) std::uint8_t k[kFp8Stages][kBytes];
+  alignas(1024) std::uint8_t v[kFp8Stages][kBytes];
+  alignas(8) std::uint64_t k_full[kFp8Stages], k_empty[kFp8Stages];
+  std::uint64_t v_full[kFp8Stages], v_empty[kFp8Stages];
+  __device__ void init() {
+    for (int i = 0; i < kFp8Stages; ++i) {
+      Barrier64::init(&k_full[i], 1);
+      Barrier64::init(&v_full[i], 1);
+      Barrier64::init(&k_empty[i], kBuilderThreads);
+      Barrier64::init(&v_empty[i], kBuilderThreads);
+    }
+  }
+};
+// Stage and parity of the use-th fill of a ring of `stages`.
+__device__ __forceinline__ int stage_of(std::uint32_t use, int stages) { return static_cast<int>(use % stages); }
+__device__ __forceinline__ std::uint32_t parity_of(std::uint32_t use, int stages) { return (use / stages) & 1u; }
+
+//   k_full[s], v_full[s]: TMA bytes landed (FP8: 96 builder arrivals, the block widened)
+//   k_empty[s], v_empty[s]: 256 consumer arrivals
 //   v_tail: the loader's own barrier for a V block it must zero-fill past k_len
 template <class Traits>
 struct KvRing {
@@ -29,16 +64,18 @@ struct KvRing {
   alignas(8) std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
   std::uint64_t v_tail;
+  Fp8Staging<Traits> fp8;
 
   // One thread, before the CTA barrier.
   __device__ void init() {
     for (int i = 0; i < kStages; ++i) {
-      Barrier64::init(&k_full[i], 1);
-      Barrier64::init(&v_full[i], 1);
+      Barrier64::init(&k_full[i], Traits::kFp8Kv ? kBuilderThreads : 1);
+      Barrier64::init(&v_full[i], Traits::kFp8Kv ? kBuilderThreads : 1);
       Barrier64::init(&k_empty[i], kConsumerThreads);
       Barrier64::init(&v_empty[i], kConsumerThreads);
     }
     Barrier64::init(&v_tail, 1);
+    fp8.init();
   }
 };
 
@@ -65,13 +102,14 @@ __device__ __forceinline__ std::uint32_t block_chunks(const AttentionParams& p, 
 }
 
 // Issues the TMA boxes of one K or V block (tokens [block_start, block_start + 128) of request
-// b) into `dst`, completing on `bar`: lane j issues page j (paged) or lane 0 the whole block
-// (flat). Pages wholly past k_len, and ids outside [0, num_pages), are addressed out of bounds,
-// which TMA fills with zeros without reading. The caller armed `bar` with kBlockBytes.
+// b) into the block at `dst` (at Traits::kv_load_offset), completing on `bar`: lane j issues
+// page j (paged) or lane 0 the whole block (flat). Pages wholly past k_len, and ids outside
+// [0, num_pages), are addressed out of bounds, which TMA fills with zeros without reading. The
+// caller armed `bar` with kBlockBytes.
 template <class Traits>
 __device__ __forceinline__ void load_block(const AttentionParams& p, const CUtensorMap* map, int box_rows, int kv_head,
-                                           int b, int block_start, int k_len, typename Traits::Element* dst,
-                                           std::uint64_t* bar, int lane) {
+                                           int b, int block_start, int k_len, void* dst, std::uint64_t* bar,
+                                           int lane) {
   const int pages = Traits::kBlockN / box_rows;
   if (lane >= pages) return;
   const int t0 = lane * box_rows;
@@ -86,10 +124,11 @@ __device__ __forceinline__ void load_block(const AttentionParams& p, const CUten
     token = p.cu_seqlens_k[b] + block_start;
     page = 0;
   }
+  auto* bytes = reinterpret_cast<std::uint8_t*>(dst);
 #pragma unroll
-  for (int c = 0; c < Traits::kColHalves; ++c)
+  for (int c = 0; c < Traits::kKvLoadBoxes; ++c)
     cute::SM90_TMA_LOAD_4D::copy(map, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST),
-                                 dst + Traits::kv_box_offset(t0, c), c * Traits::kBoxCols, token, kv_head, page);
+                                 bytes + Traits::kv_load_offset(t0, c), c * Traits::kKvLoadCols, token, kv_head, page);
 }
 
 // Zeroes token rows [tokens, 128) of a K-layout block (whole 128-byte rows, so the swizzle
@@ -105,6 +144,72 @@ __device__ __forceinline__ void zero_tail(typename Traits::Element* dst, int tok
     const int chunk = i % kChunks;
     *reinterpret_cast<uint4*>(dst + Traits::kv_box_offset(row, c) + chunk * (16 / sizeof(Element))) =
         make_uint4(0u, 0u, 0u, 0u);
+  }
+  cutlass::arch::fence_view_async_shared();
+}
+
+// Four E4M3 codes (byte i = column i) -> two bf16 pairs (columns 0, 1 and 2, 3), exactly. The
+// code's sign, exponent and mantissa bits placed at bf16 bits 15, 10..7 and 6..4 read as the
+// value times 2^-120 (subnormal codes land on bf16 subnormals), so one multiply by 2^120 gives
+// it: E4M3's exponent bias is 7, bf16's 127. The NaN codes (0x7f, 0xff) read as +-480
+// (docs/numerics.md).
+__device__ __forceinline__ uint2 widen_e4m3x4(std::uint32_t codes) {
+  constexpr std::uint32_t kMask = 0x87f087f0u;  // per 16-bit lane: the sign and the 7 code bits
+  std::uint32_t lo, hi;
+  // Byte i of each lane pair: code, its sign replicated (prmt selector bit 3).
+  asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(lo) : "r"(codes));
+  asm("prmt.b32 %0, %1, 0, 0xb3a2;" : "=r"(hi) : "r"(codes));
+  lo = (lo << 4) & kMask;
+  hi = (hi << 4) & kMask;
+  const std::uint32_t k2p120 = 0x7b807b80u;  // bf16 2^120 in both lanes
+  uint2 out;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out.x) : "r"(lo), "r"(k2p120));
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out.y) : "r"(hi), "r"(k2p120));
+  return out;
+}
+
+// Widens one staged FP8 block `src` (row t's 128 codes at kv_load_offset(t, 0), 128-byte
+// swizzled) into the bf16 block `dst` ([token, d] in column halves, swizzled). Rows
+// [zero_from, 128) are written as zeros without being read (V past k_len: stale cache bytes may
+// hold NaN codes). `count` threads (a multiple of 32), this one `i`: 8 per row, each 16 codes,
+// two rows per pass (their loads in flight together). Afterwards each thread's writes are made
+// visible to WGMMA (the async proxy); the caller releases `src` and publishes `dst`.
+template <class Traits>
+__device__ __forceinline__ void widen_fp8_block(const std::uint8_t* src, typename Traits::Element* dst, int zero_from,
+                                                int i, int count) {
+  static_assert(Traits::kFp8Kv);
+  const auto in_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(src));
+  const int j = i % 8;  // 16-byte chunk of the row's codes: columns [16 j, 16 j + 16)
+  // Their bf16 columns: column half j / 4, 16-byte chunks 2 (j % 4) and the next.
+  const auto out_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst)) +
+                        static_cast<std::uint32_t>((j / 4) * (Traits::kBlockN * 128));
+  const int c0 = 2 * (j % 4);
+  const int step = count / 8;
+  const auto load = [&](int t) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (t < zero_from)
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(in_base + static_cast<std::uint32_t>(Traits::kv_load_offset(t, 0) + 16 * (j ^ (t % 8)))));
+    return v;
+  };
+  const auto store = [&](int t, uint4 in) {  // zero codes widen to zeros
+    const std::uint32_t row = out_base + static_cast<std::uint32_t>(t * 128);
+    const uint2 w0 = widen_e4m3x4(in.x), w1 = widen_e4m3x4(in.y);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(row + 16 * (c0 ^ (t % 8))), "r"(w0.x), "r"(w0.y),
+                 "r"(w1.x), "r"(w1.y)
+                 : "memory");
+    const uint2 w2 = widen_e4m3x4(in.z), w3 = widen_e4m3x4(in.w);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(row + 16 * ((c0 + 1) ^ (t % 8))), "r"(w2.x),
+                 "r"(w2.y), "r"(w3.x), "r"(w3.y)
+                 : "memory");
+  };
+  for (int t = i / 8; t < Traits::kBlockN; t += 2 * step) {
+    const int t2 = t + step;
+    const uint4 a = load(t);
+    const uint4 b = t2 < Traits::kBlockN ? load(t2) : make_uint4(0u, 0u, 0u, 0u);
+    store(t, a);
+    if (t2 < Traits::kBlockN) store(t2, b);
   }
   cutlass::arch::fence_view_async_shared();
 }
@@ -126,6 +231,21 @@ struct KvLoader {
     constexpr std::uint32_t kBytes = Traits::kBlockBytes;
     const int lane = opaque_tid();
     const int s = static_cast<int>(use & 1u);
+    if constexpr (Traits::kFp8Kv) {  // into the staging ring; the builders widen and publish
+      auto& st = ring.fp8;
+      const int r = stage_of(use, kFp8Stages);
+      const std::uint32_t free_parity = parity_of(use, kFp8Stages) ^ 1u;
+      Barrier64::wait(&st.k_empty[r], free_parity);
+      if (lane == 0) Barrier64::arrive_and_expect_tx(&st.k_full[r], kBytes);
+      __syncwarp();
+      load_block<Traits>(p, &tma.k, tma.kv_box_rows, kv_head, b, block_start, k_len, st.k[r], &st.k_full[r], lane);
+      Barrier64::wait(&st.v_empty[r], free_parity);
+      if (lane == 0) Barrier64::arrive_and_expect_tx(&st.v_full[r], kBytes);
+      __syncwarp();
+      load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, st.v[r], &st.v_full[r], lane);
+      ++use;
+      return;
+    }
     Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
     if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.k_full[s], kBytes);
     __syncwarp();

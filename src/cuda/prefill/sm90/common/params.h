@@ -17,7 +17,8 @@ struct AttentionParams {
   std::int64_t stride_q_token;
   std::int64_t stride_q_head;
 
-  // Paged K/V: [num_pages, h_kv, page_size, d] (last dim contiguous). Flat K/V is the special
+  // Paged K/V: [num_pages, h_kv, page_size, d] (last dim contiguous), the instance's dtype (FP8
+  // E4M3 for the decode's FP8 caches, with bf16 q). Flat K/V is the special
   // case page_table == nullptr: token t of request b is row cu_seqlens_k[b] + t, with
   // stride_kv_token between rows and stride_kv_page unused.
   const void* k;
@@ -33,6 +34,12 @@ struct AttentionParams {
   std::int64_t page_table_cols;      // pages past it, like ids outside [0, num_pages), read as
                                      // zeros and their tokens are invisible
   const std::int32_t* cu_seqlens_k;  // [B + 1]; flat only, else null
+  // FP8 K/V only (else null): K = k_descale[kv_head * k_descale_stride] * stored, V likewise;
+  // [1] (stride 0) or [h_kv] (stride 1) fp32, finite and > 0 (validated).
+  const float* k_descale;
+  const float* v_descale;
+  int k_descale_stride;
+  int v_descale_stride;
 
   // Batch.
   const std::int32_t* cu_seqlens_q;  // [B + 1]
@@ -51,8 +58,8 @@ struct AttentionParams {
   float scale_log2;  // softmax scale * log2(e)
 };
 
-// TMA descriptors built on the host from AttentionParams (make_prefill_tma), all 16-bit with a
-// 128-byte swizzle and boxes 64 columns wide. q and o_partial are seen as (d, head, row) with a
+// TMA descriptors built on the host from AttentionParams (make_prefill_tma), all with a 128-byte
+// swizzle and boxes one 128-byte row wide (64 16-bit columns; K/V in FP8: 128 columns). q and o_partial are seen as (d, head, row) with a
 // box of (64, q_box_rows, 1): one box is q_box_rows consecutive heads of one query. K and V are
 // (d, token in page, kv head, page) with a box of (64, kv_box_rows, 1, 1); flat K/V is one page
 // of all rows.

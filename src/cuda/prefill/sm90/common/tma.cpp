@@ -9,17 +9,22 @@ namespace msa::cuda::prefill_sm90 {
 
 namespace {
 
-constexpr std::uint64_t kElementBytes = 2;
+constexpr std::uint64_t kElementBytes = 2;  // q and o_partial
 constexpr std::uint32_t kBoxCols = 128 / kElementBytes;  // one 128-byte swizzle row
 
 // A dimension of size 1 may carry any stride; TMA wants a legal one (a multiple of 16 bytes).
-std::uint64_t stride_bytes(std::int64_t elems, std::uint64_t size, std::uint64_t fallback) {
-  return size == 1 ? fallback : static_cast<std::uint64_t>(elems) * kElementBytes;
+std::uint64_t stride_bytes(std::int64_t elems, std::uint64_t size, std::uint64_t fallback,
+                           std::uint64_t element_bytes = kElementBytes) {
+  return size == 1 ? fallback : static_cast<std::uint64_t>(elems) * element_bytes;
 }
 
 }  // namespace
 
 PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, int head_dim) {
+  return make_prefill_tma(a, dtype, dtype, head_dim);
+}
+
+PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, DType kv_dtype, int head_dim) {
   const auto d = static_cast<std::uint64_t>(head_dim);
   const auto h_q = static_cast<std::uint64_t>(a.h_q);
   const auto h_kv = static_cast<std::uint64_t>(a.h_kv);
@@ -31,25 +36,28 @@ PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, int head_dim)
   const std::uint64_t q_head = stride_bytes(a.stride_q_head, h_q, d * kElementBytes);
   const std::uint64_t q_token = stride_bytes(a.stride_q_token, total_q, h_q * q_head);
   const TensorMapDim q_dims[3] = {{d, kElementBytes, kBoxCols}, {h_q, q_head, qb}, {total_q, q_token, 1}};
-  t.q = make_tensor_map_16bit(a.q, dtype, q_dims, 3, "q.stride");
+  t.q = make_tensor_map(a.q, dtype, q_dims, 3, "q.stride");
   const std::uint64_t o_rows = static_cast<std::uint64_t>(a.slots) * total_q;
   const TensorMapDim o_dims[3] = {
       {d, kElementBytes, kBoxCols}, {h_q, d * kElementBytes, qb}, {o_rows, h_q * d * kElementBytes, 1}};
-  t.o_partial = make_tensor_map_16bit(a.o_partial, dtype, o_dims, 3, "o_partial");
+  t.o_partial = make_tensor_map(a.o_partial, dtype, o_dims, 3, "o_partial");
 
+  // K and V: 64 16-bit or 128 FP8 columns per box, one 128-byte swizzle row either way.
   const bool paged = a.page_table != nullptr;
   t.kv_box_rows = paged ? a.page_size : kBlockSize;
+  const std::uint64_t kv_bytes = kv_dtype == DType::kFP8E4M3 ? 1 : 2;
+  const auto kv_box_cols = static_cast<std::uint32_t>(128 / kv_bytes);
   const auto tokens = static_cast<std::uint64_t>(paged ? a.page_size : a.kv_rows);
   const auto pages = static_cast<std::uint64_t>(paged ? a.num_pages : 1);
-  const std::uint64_t kv_token = stride_bytes(a.stride_kv_token, tokens, d * kElementBytes);
-  const std::uint64_t kv_head = stride_bytes(a.stride_kv_head, h_kv, tokens * kv_token);
-  const std::uint64_t kv_page = stride_bytes(paged ? a.stride_kv_page : 0, pages, h_kv * kv_head);
-  const TensorMapDim kv_dims[4] = {{d, kElementBytes, kBoxCols},
+  const std::uint64_t kv_token = stride_bytes(a.stride_kv_token, tokens, d * kv_bytes, kv_bytes);
+  const std::uint64_t kv_head = stride_bytes(a.stride_kv_head, h_kv, tokens * kv_token, kv_bytes);
+  const std::uint64_t kv_page = stride_bytes(paged ? a.stride_kv_page : 0, pages, h_kv * kv_head, kv_bytes);
+  const TensorMapDim kv_dims[4] = {{d, kv_bytes, kv_box_cols},
                                    {tokens, kv_token, static_cast<std::uint32_t>(t.kv_box_rows)},
                                    {h_kv, kv_head, 1},
                                    {pages, kv_page, 1}};
-  t.k = make_tensor_map_16bit(a.k, dtype, kv_dims, 4, "k.stride");
-  t.v = make_tensor_map_16bit(a.v, dtype, kv_dims, 4, "v.stride");
+  t.k = make_tensor_map(a.k, kv_dtype, kv_dims, 4, "k.stride");
+  t.v = make_tensor_map(a.v, kv_dtype, kv_dims, 4, "v.stride");
   return t;
 }
 

@@ -16,7 +16,9 @@
 
 namespace msa::cuda::prefill_sm90 {
 
-// The CuTe element of an instance's 16-bit dtype (the instantiation list names DTypes).
+// The CuTe element an instance computes in (the instantiation list names DTypes): its 16-bit
+// dtype, or bf16 for FP8 E4M3 K/V (the decode's FP8 caches take bf16 queries; K/V are widened
+// to bf16 in shared memory, exactly).
 template <DType kDtype>
 struct ElementOf;
 template <>
@@ -27,14 +29,23 @@ template <>
 struct ElementOf<DType::kFP16> {
   using type = cute::half_t;
 };
+template <>
+struct ElementOf<DType::kFP8E4M3> {
+  using type = cute::bfloat16_t;
+};
 
 // One (dtype, head dim) instance. Two consumer warpgroups compute 64 rows each of a 128-row M
 // tile against 128-token K/V blocks; K and V are both written by TMA as [token, d] 128-byte-
 // swizzled rows (column halves of 128 rows each), and P V reads V through a transposed (d, token)
 // view, MN-major for WGMMA.
+//
+// kDtype kFP8E4M3 (the decode's FP8 caches, D = 128): q, O and the MMAs are bf16. TMA lands a
+// block's FP8 rows (128 bytes each, 128-byte swizzle) in a staging ring, and the builder warps
+// widen them into the bf16 ring (kv_ring.cuh, widen_fp8_block).
 template <DType kDtype_, int kHeadDim_>
 struct Traits {
   static constexpr DType kDtype = kDtype_;
+  static constexpr bool kFp8Kv = kDtype == DType::kFP8E4M3;
   using Element = typename ElementOf<kDtype>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockSize;  // KV tokens per block
@@ -80,7 +91,16 @@ struct Traits {
                     SmemLayoutK{}.layout_b()(0, kBoxCols) == kv_box_offset(0, 1),
                 "the K tile is not laid out as column halves of 128 swizzled 128-byte rows");
 
-  static constexpr std::uint32_t kBlockBytes = kBlockN * kHeadDim * sizeof(Element);  // one K or V block
+  // TMA boxes of K/V as stored: 64 16-bit or 128 FP8 columns (one 128-byte swizzle row) per
+  // box, landing at kv_load_offset bytes into the block (FP8: into its staging block).
+  static_assert(!kFp8Kv || kHeadDim == 128, "FP8 K/V rows must be one 128-byte swizzle row");
+  static constexpr int kKvLoadCols = kFp8Kv ? 128 : kBoxCols;
+  static constexpr int kKvLoadBoxes = kHeadDim / kKvLoadCols;
+  static __host__ __device__ constexpr int kv_load_offset(int t, int c) {
+    return kFp8Kv ? t * 128 : kv_box_offset(t, c) * static_cast<int>(sizeof(Element));
+  }
+  // Bytes TMA writes per K or V block.
+  static constexpr std::uint32_t kBlockBytes = kBlockN * kHeadDim * (kFp8Kv ? 1 : sizeof(Element));
   static constexpr int kQElements = cute::cosize_v<SmemLayoutQ>;
   static constexpr int kKvElements = cute::cosize_v<SmemLayoutK>;
 };

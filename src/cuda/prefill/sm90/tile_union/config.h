@@ -1,5 +1,6 @@
-// Shared-memory plan of the tile-union kernel: the K/V ring, and per tile (double buffered) a Q
-// buffer (later the staged O) and the tile's union list; plus the builders' scratch.
+// Shared-memory plan of the tile-union kernel: the K/V ring (with FP8 K/V its staging ring), and
+// per tile a Q buffer (later the staged O; double buffered but with FP8 K/V) and the tile's union
+// list (double buffered); plus the builders' scratch.
 #pragma once
 
 #include <cstdint>
@@ -27,11 +28,16 @@ struct UnionList {
   std::int32_t begin, end;                      // the tile's split of them: entries [begin, end)
 };
 
+// Q buffers: two (the next tile's Q gathered while this one computes), one with FP8 K/V, whose
+// staging ring takes the room.
+template <class Traits>
+inline constexpr int kQBuffers = Traits::kFp8Kv ? 1 : 2;
+
 template <class Traits>
 struct TileUnionStorage {
   using Element = typename Traits::Element;
   KvRing<Traits> kv;
-  alignas(1024) Element q[2][Traits::kQElements];  // [row, d] swizzled, then O
+  alignas(1024) Element q[kQBuffers<Traits>][Traits::kQElements];  // [row, d] swizzled, then O
   UnionList list[2];
   // Builder scratch for the tile being built.
   std::int32_t key[kMaxEntries];             // entry e = (query e / topk, slot): union_key, kNone ignored

@@ -5,16 +5,18 @@
 //
 // Producer warpgroup (40 registers):
 //   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
-//     tile's list / Q buffer (double buffered: tile i + 1 is built while tile i computes);
+//     tile's list / Q buffer (double buffered: tile i + 1 is built while tile i computes); with
+//     FP8 K/V they also widen every block the loader landed to bf16 (widen_tile);
 //   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T together with O += P(u-1) V(u-1), then mask and fold S(u) into the online
 // softmax. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
 // other's GEMMs occupy the tensor cores.
 //
-// Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's, and
+// Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh, with
+// FP8 K/V its staging ring's too), and
 //   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer + 32 loader arrivals)
-//   q_full[2]    (TMA bytes)             q_empty[2]    (256, after the O stores read it)
+//   q_full[kQBuffers] (TMA bytes)        q_empty[kQBuffers] (256, after the O stores read it)
 #pragma once
 
 #include <cstdint>
@@ -39,23 +41,72 @@ __device__ __forceinline__ TileListSchedule tile_schedule(const TileUnionParams&
   return TileListSchedule{p.tiles, p.tile_list, p.tile_count};
 }
 
+// FP8 K/V: widens union entries [u_from, u_to) of `list` (the blocks the loader lands on the
+// ring's raw barriers, in list order; `use` counts the ring's blocks) and publishes each stage.
+// K and V rows past the block's tokens become zeros (the key limits hide K's anyway).
+template <class Traits>
+__device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem, const UnionList& list, int u_from,
+                                           int u_to, std::uint32_t& use, int bt) {
+  KvRing<Traits>& ring = smem.kv;
+  auto& st = ring.fp8;
+  for (int u = u_from; u < u_to; ++u, ++use) {
+    const int s = static_cast<int>(use & 1u);
+    const int r = stage_of(use, kFp8Stages);
+    const std::uint32_t landed = parity_of(use, kFp8Stages);
+    const int tokens = max(0, union_entry(list, u).tokens);
+    Barrier64::wait(&st.k_full[r], landed);
+    Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
+    widen_fp8_block<Traits>(st.k[r], ring.k[s], tokens, bt, kBuilderThreads);
+    Barrier64::arrive(&st.k_empty[r]);
+    Barrier64::arrive(&ring.k_full[s]);
+    Barrier64::wait(&st.v_full[r], landed);
+    Barrier64::wait(&ring.v_empty[s], phase_of(use) ^ 1u);
+    widen_fp8_block<Traits>(st.v[r], ring.v[s], tokens, bt, kBuilderThreads);
+    Barrier64::arrive(&st.v_empty[r]);
+    Barrier64::arrive(&ring.v_full[s]);
+  }
+}
+
 template <class Traits>
 __device__ __forceinline__ void builders(const TileUnionParams& p, const PrefillTma& tma,
                                          TileUnionStorage<Traits>& smem) {
   const TileListSchedule sched = tile_schedule(p);
   std::uint32_t iter = 0;
+  std::uint32_t use = 0;  // FP8: ring blocks widened
+  int prev_u = 0, prev_end = 0;  // FP8: the previous tile's entries not widened yet
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
     const Tile t = make_tile(p, sched.tile(pos));
     const int bt = opaque_tid() - 32;
-    // The Q gather needs no list: issued first, its latency hides behind the union build.
-    Barrier64::wait(&smem.q_empty[buf], phase_of(iter) ^ 1u);
-    load_q<Traits>(p, tma, t, smem.q[buf], &smem.q_full[buf], bt);
+    // FP8: the previous tile's first blocks are widened as soon as they land, the rest after
+    // this tile's list is built. Building waits for the tile two back to finish, which needed
+    // only blocks widened before; the previous tile's list stays readable until its consumers
+    // finish. The one Q buffer frees when the previous tile has finished, so its Q is gathered
+    // last.
+    const int qb = stage_of(iter, kQBuffers<Traits>);
+    const auto gather_q = [&] {
+      Barrier64::wait(&smem.q_empty[qb], parity_of(iter, kQBuffers<Traits>) ^ 1u);
+      load_q<Traits>(p, tma, t, smem.q[qb], &smem.q_full[qb], bt);
+    };
+    if constexpr (Traits::kFp8Kv) {
+      const int to = min(prev_end, prev_u + kStages);
+      widen_tile(smem, smem.list[buf ^ 1], prev_u, to, use, bt);
+      prev_u = to;
+    } else {
+      gather_q();  // needs no list: issued first, its latency hides behind the union build
+    }
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
     build_list(p, t, smem, smem.list[buf], bt);
     Barrier64::arrive(&smem.list_full[buf]);
+    if constexpr (Traits::kFp8Kv) {
+      widen_tile(smem, smem.list[buf ^ 1], prev_u, prev_end, use, bt);
+      prev_u = smem.list[buf].begin;
+      prev_end = smem.list[buf].end;
+      gather_q();
+    }
     ++iter;
   }
+  if constexpr (Traits::kFp8Kv) widen_tile(smem, smem.list[(iter & 1u) ^ 1u], prev_u, prev_end, use, opaque_tid() - 32);
 }
 
 // Every union block of every tile, in list order, once the builders published the list. The
@@ -117,11 +168,19 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
         limit[half] = (members >> row_query[half]) & 1u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
     };
 
+    // FP8 K/V: k_descale scales every score of the tile's KV head, v_descale its O.
+    float fp8_scale_log2 = 0.f, o_scale = 1.f;
+    if constexpr (Traits::kFp8Kv) {
+      fp8_scale_log2 = p.attn.scale_log2 * p.attn.k_descale[t.kv_head * p.attn.k_descale_stride];
+      o_scale = p.attn.v_descale[t.kv_head * p.attn.v_descale_stride];
+    }
+
     auto acc_o = make_acc_o<Traits>();
     cute::clear(acc_o);
     SoftmaxState st;
-    Barrier64::wait(&smem.q_full[buf], phase_of(iter));
-    const typename Traits::Element* sq = smem.q[buf];
+    const int qb = stage_of(iter, kQBuffers<Traits>);
+    Barrier64::wait(&smem.q_full[qb], parity_of(iter, kQBuffers<Traits>));
+    const typename Traits::Element* sq = smem.q[qb];
 
     if (n > 0) {
       auto acc_s = make_acc_s<Traits>();
@@ -151,7 +210,8 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
           Barrier64::arrive(&smem.kv.k_empty[s]);
           int limit[2];
           key_limits(u, limit);
-          softmax_online(acc_s, frag_p, acc_o, limit, list.chunks[u0 + u], p.attn.scale_log2, st, ct);
+          softmax_online(acc_s, frag_p, acc_o, limit, list.chunks[u0 + u],
+                         Traits::kFp8Kv ? fp8_scale_log2 : p.attn.scale_log2, st, ct);
         }
         if constexpr (kPv) Barrier64::arrive(&smem.kv.v_empty[sp]);
       };
@@ -169,8 +229,8 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       const int h = t.kv_head * group + (r - qi * group);
       return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * p.attn.h_q + h};
     };
-    store_tile<Traits>(tma, acc_o, st.m, st.l, smem.q[buf], p.attn.lse_partial, opaque_tid() - 128, target);
-    Barrier64::arrive(&smem.q_empty[buf]);
+    store_tile<Traits>(tma, acc_o, st.m, st.l, smem.q[qb], p.attn.lse_partial, opaque_tid() - 128, target, o_scale);
+    Barrier64::arrive(&smem.q_empty[qb]);
     ++iter;
   }
   turn.finish();
