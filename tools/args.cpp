@@ -1,7 +1,7 @@
 #include "tools/args.h"
 
 #include <charconv>
-#include <string_view>
+#include <algorithm>
 #include <system_error>
 
 namespace msa::tool {
@@ -66,13 +66,30 @@ std::uint64_t ArgReader::u64() {
                                      [&](const std::string& v, const std::string& why) { bad(name_, v, why); });
 }
 
+std::vector<std::string> ArgReader::items() {
+  const std::string& text = value();
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at <= text.size();) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    out.push_back(text.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::vector<int> ArgReader::integers(int lo, int hi) {
+  std::vector<int> out;
+  for (const std::string& item : items())
+    out.push_back(parse_number<int>(item, lo, hi, [&](const std::string&, const std::string&) {
+      bad(name_, value_, "expected integers in " + std::to_string(lo) + ".." + std::to_string(hi) + ", comma separated");
+    }));
+  return out;
+}
+
 std::vector<bench::Request> ArgReader::requests(int max_tokens) {
   const std::string text = value();
   std::vector<bench::Request> out;
-  std::string_view rest = text;
-  while (true) {
-    const std::size_t comma = rest.find(',');
-    const std::string item(rest.substr(0, comma));
+  for (const std::string& item : items()) {
     const std::size_t colon = item.find(':');
     const auto fail = [&](const std::string&, const std::string&) {
       bad(name_, "'" + text + "'",
@@ -86,8 +103,6 @@ std::vector<bench::Request> ArgReader::requests(int max_tokens) {
     if (r.k_len < r.q_len)
       bad(name_, "'" + text + "'", "item '" + item + "': k_len must be >= q_len (k_len includes the new tokens)");
     out.push_back(r);
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
   }
   return out;
 }

@@ -30,6 +30,10 @@ class ArgReader {
   [[noreturn]] void unknown() const;
 
   int integer(int lo, int hi);  // value() as an int in [lo, hi]
+  // value() split at its commas (empty items kept: the caller rejects them).
+  std::vector<std::string> items();
+  // "a,b,...": each an int in [lo, hi].
+  std::vector<int> integers(int lo, int hi);
   std::uint64_t u64();
   // "q:k,q:k,...": q_len new tokens of a request whose final KV length is k.
   std::vector<bench::Request> requests(int max_tokens);

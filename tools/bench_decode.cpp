@@ -83,23 +83,6 @@ std::string usage() {
          "  --warmup N --reps N   graph replays [5, 20]\n";
 }
 
-std::vector<int> int_list(ArgReader& r, int lo, int hi) {
-  std::vector<int> v;
-  const std::string text = r.value();
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    char* end = nullptr;
-    const long x = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || x < lo || x > hi)
-      r.bad(r.name(), text, "expected integers in " + std::to_string(lo) + ".." + std::to_string(hi) + ", comma separated");
-    v.push_back(static_cast<int>(x));
-    at = comma + 1;
-  }
-  return v;
-}
-
 DecodeBenchOptions parse(const std::vector<std::string>& args) {
   DecodeBenchOptions o;
   ArgReader r("msa bench decode", args);
@@ -107,23 +90,19 @@ DecodeBenchOptions parse(const std::vector<std::string>& args) {
   while (r.next_option()) {
     const std::string& name = r.name();
     if (name == "-h" || name == "--help") r.no_value(), o.help = true;
-    else if (name == "--batch") o.batches = int_list(r, 1, 4096);
-    else if (name == "--len") o.lengths = int_list(r, 1, 1 << 22);
-    else if (name == "--q") o.qs = int_list(r, 1, 16);
+    else if (name == "--batch") o.batches = r.integers(1, 4096);
+    else if (name == "--len") o.lengths = r.integers(1, 1 << 22);
+    else if (name == "--q") o.qs = r.integers(1, 16);
     else if (name == "--gen") {
       const std::string v = r.value();
       const auto it = std::find_if(generators().begin(), generators().end(), [&](const Generator& g) { return g.name == v; });
       if (it == generators().end()) r.bad(name, v, "expected random or mtp-shared");
       gens.push_back(*it);
     } else if (name == "--kv") {
-      const std::string v = r.value();
       o.fp8.clear();
-      for (std::size_t at = 0; at <= v.size();) {
-        const std::size_t comma = std::min(v.find(',', at), v.size());
-        const std::string item = v.substr(at, comma - at);
-        if (item != "bf16" && item != "fp8") r.bad(name, v, "expected bf16 and / or fp8, comma separated");
+      for (const std::string& item : r.items()) {
+        if (item != "bf16" && item != "fp8") r.bad(name, r.value(), "expected bf16 and / or fp8, comma separated");
         o.fp8.push_back(item == "fp8");
-        at = comma + 1;
       }
     } else if (name == "--h-q") o.shape.h_q = r.integer(1, 1024);
     else if (name == "--h-kv") o.shape.h_kv = r.integer(1, 1024);
