@@ -1,7 +1,9 @@
 // Kernel timing on the GPU the way targets.md asks: each input set's launches captured in a
 // CUDA graph, warm-up replays, then timed replays cycling through the sets (so that the sets
 // together exceed 2x L2 and no replay runs from a warm cache), CUDA events around each replay,
-// median and coefficient of variation.
+// median and coefficient of variation. Each timed replay starts on an idle stream, so its time
+// includes the graph's submission; a second figure times the same number of replays enqueued
+// back to back (the host ahead of the GPU, as in an engine's graph of many layers).
 #pragma once
 
 #include <functional>
@@ -16,6 +18,7 @@ struct Timing {
   double min_ms = 0.0;
   double cv = 0.0;  // standard deviation / mean
   int reps = 0;
+  double back_to_back_ms = 0.0;  // per replay, `reps` replays enqueued between one pair of events
 };
 
 // launch(set, stream) enqueues the work of input set `set` (0..sets-1) on `stream`; it is

@@ -1,7 +1,8 @@
 // `msa bench decode`: the CUDA sparse decode timed as targets.md asks (CUDA events over graph
-// replays of run(), warm-up, median of >= 20, CV), on the grid of batch x length x
-// queries per request, with the bytes a decode step must read (the union of its queries' blocks
-// per request and KV head, Q and out) and the share of the device's copy bandwidth that makes.
+// replays of run(), warm-up, median of >= 20, CV; and the same replays enqueued back to back),
+// on the grid of batch x length x queries per request, with the bytes a decode step must
+// read (the union of its queries' blocks per request and KV head, Q and out) and the share of the
+// device's copy bandwidth that makes.
 //
 // K/V live in one pool of physical pages (8 GiB by default, filled once) that every case's page
 // tables map into at random, so a 200k-token batch of 128 requests needs no 50 GB cache; each
@@ -261,6 +262,7 @@ std::vector<std::string> bench_case(const DecodeBenchOptions& o, const Pool& poo
           format("%.1f", bytes.total() * 1e-6),
           format("%.1f", run.median_ms * 1e3),
           format("%.1f%%", 100.0 * run.cv),
+          format("%.1f", run.back_to_back_ms * 1e3),
           format("%.0f", gbs * 1e-9),
           format("%.0f%%", 100.0 * gbs / copy_bw),
           std::to_string(sets)};
@@ -316,7 +318,7 @@ int bench_decode_command(const std::vector<std::string>& args) {
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, s.h_q, s.h_kv, s.d, s.topk, kPage,
               copy_bw * 1e-9, 2.0 * page_bytes * pool.pages / double(1 << 30), o.reps, o.warmup);
   Table table({{"B", true}, {"L", true}, {"Q", true}, {"gen"}, {"kv"}, {"union", true}, {"MB", true}, {"us", true},
-               {"cv", true}, {"GB/s", true}, {"% copy", true}, {"sets", true}});
+               {"cv", true}, {"b2b us", true}, {"GB/s", true}, {"% copy", true}, {"sets", true}});
   for (const Generator& gen : o.gens)
     for (const int q : o.qs)
       for (const int batch : o.batches)
@@ -328,7 +330,8 @@ int bench_decode_command(const std::vector<std::string>& args) {
   table.print(stdout);
   std::printf("union = mean blocks per (request, KV head) in the union of its queries' selections; MB = the bytes "
               "a step must read (those blocks' K and V below seq_len, in the kv dtype; Q) and write (out); %% copy = (MB / us) / copy "
-              "bandwidth\n");
+              "bandwidth; b2b us = per step when the replays are enqueued back to back (the host ahead, as in an engine's "
+              "graph of many layers): us less b2b us is about the graph's submission\n");
   return kExitPass;
 #else
   throw UsageError("msa bench decode: this build has no CUDA backend");

@@ -7,7 +7,8 @@
 //    is what the kernel leaves in slot 0.
 // Every entry the oracle does not write must keep its poison bits, every cache slot no request
 // reads holds NaN, and a second launch on a small grid (each CTA loops over many items or
-// tiles) must give the same bits.
+// tiles) must give the same bits; so must the tile-union kernel's decode instance, whose
+// warpgroups skip the blocks none of their rows chose.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -168,7 +169,9 @@ TEST_P(PrefillKernel, MatchesCpuOracle) {
     std::memcpy(ref.lse.data(), lse.raw(), lse.bytes());
   }
 
-  const auto launch = [&](int sm_count, DeviceOut& got) {
+  // decode: the tile-union kernel's decode instance (its warpgroups skip blocks none of their
+  // rows chose), which must leave every result bitwise as the prefill's instance does.
+  const auto launch = [&](int sm_count, DeviceOut& got, bool decode = false) {
     d_o.poison();
     d_lse.poison();
     msa::cuda::dispatch_prefill(c.dtype, d, [&]<msa::DType kDtype, int kHeadDim>() {
@@ -180,7 +183,10 @@ TEST_P(PrefillKernel, MatchesCpuOracle) {
       } else {
         const auto p = msa::cuda::tile_union_params(attn, in.args, static_cast<std::int64_t>(c.requests.size()),
                                                     nullptr, nullptr);
-        msa::cuda::launch_tile_union<kDtype, kHeadDim>(p, tma, sm_count, nullptr);
+        if (decode)
+          msa::cuda::launch_tile_union<kDtype, kHeadDim, true>(p, tma, sm_count, nullptr);
+        else
+          msa::cuda::launch_tile_union<kDtype, kHeadDim, false>(p, tma, sm_count, nullptr);
       }
     });
     CUDA_OK(cudaGetLastError());
@@ -196,6 +202,14 @@ TEST_P(PrefillKernel, MatchesCpuOracle) {
   EXPECT_EQ(first.o_bits, second.o_bits) << "o_partial differs between grids";
   EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4), 0)
       << "lse_partial differs between grids";
+  if (c.kernel == Kernel::kTileUnion) {
+    DeviceOut skipping;
+    launch(sms, skipping, /*decode=*/true);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(first.o_bits, skipping.o_bits) << "o_partial differs with blocks skipped";
+    EXPECT_EQ(std::memcmp(first.lse.data(), skipping.lse.data(), first.lse.size() * 4), 0)
+        << "lse_partial differs with blocks skipped";
+  }
 
   // Rows the oracle wrote are compared; every other row must still hold the poison.
   const HostTensor as_float = [&] {

@@ -78,7 +78,7 @@ class DecodeCuda final : public SparseDecode::Impl {
     const CombineParams c = decode_combine_params(shape, args, geo_, ws_);
     const DType q_dtype = args.q.dtype;
     dispatch_decode(q_dtype, args.kv.k.dtype, shape.d, [&]<DType kKvDtype, int kHeadDim>() {
-      launch_tile_union<kKvDtype, kHeadDim>(decode_tile_union_params(attn, args, geo_), tma, sm_count_, stream);
+      launch_tile_union<kKvDtype, kHeadDim, true>(decode_tile_union_params(attn, args, geo_), tma, sm_count_, stream);
       // The partials are in q's dtype (bf16 with FP8 K/V).
       dispatch_combine(q_dtype, kHeadDim, [&]<DType kDtype, int kD>() { launch_combine<kDtype, kD>(c, stream, true); });
     });

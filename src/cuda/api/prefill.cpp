@@ -213,7 +213,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
     dispatch_prefill(a.q.dtype, shape.d, [&]<DType kDtype, int kHeadDim>() {
       if (use_union) {
         const bool listed = path == PrefillPath::kAuto;
-        launch_tile_union<kDtype, kHeadDim>(
+        launch_tile_union<kDtype, kHeadDim, false>(
             tile_union_params(attn, a, planned_batch_, listed ? ws_.union_list : nullptr,
                               listed ? ws_.union_count : nullptr),
             tma, sm_count_, stream);

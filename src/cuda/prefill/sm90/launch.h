@@ -29,8 +29,9 @@ int block_major_ctas_per_sm();
 
 // Tile-union: min(p.tiles, sm_count) persistent CTAs over the (KV head, query tile) pairs, all
 // or those on p.tile_list; writes slot 0 of o_partial / lse_partial for every (query, head) row
-// of the tiles it runs (the combine, split count 1 there, produces out and lse).
-template <DType kDtype, int kHeadDim>
+// of the tiles it runs (the combine, split count 1 there, produces out and lse). kDecode: the
+// decode's instance (its consumers skip blocks none of their rows chose; FP8 K/V only there).
+template <DType kDtype, int kHeadDim, bool kDecode>
 void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
                        cudaStream_t stream);
 

@@ -46,6 +46,9 @@ template <DType kDtype_, int kHeadDim_>
 struct Traits {
   static constexpr DType kDtype = kDtype_;
   static constexpr bool kFp8Kv = kDtype == DType::kFP8E4M3;
+  // Tile-union consumers skip the union blocks that no query of their warpgroup's rows chose
+  // (the decode's instances, SkipBlocks below).
+  static constexpr bool kSkipBlocks = false;
   using Element = typename ElementOf<kDtype>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockSize;  // KV tokens per block
@@ -132,5 +135,15 @@ template <class Storage>
 __device__ __forceinline__ Storage& aligned_smem(std::uint8_t* raw) {
   return *reinterpret_cast<Storage*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t(1023));
 }
+
+// The decode's tile-union instances: the same kernel, its consumer warpgroups skipping blocks
+// none of their rows chose. The decode's queries pick their blocks independently (a Q = 8 tile
+// leaves most union blocks to one warpgroup); the prefill's tile-union tiles are those whose
+// queries share their blocks, where there is nothing to skip and the straight pipeline is
+// measurably faster (docs/performance.md step 14e).
+template <class Base>
+struct SkipBlocks : Base {
+  static constexpr bool kSkipBlocks = true;
+};
 
 }  // namespace msa::cuda::prefill_sm90

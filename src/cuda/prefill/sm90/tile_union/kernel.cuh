@@ -10,8 +10,10 @@
 //   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T together with O += P(u-1) V(u-1), then mask and fold S(u) into the online
-// softmax. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
-// other's GEMMs occupy the tensor cores.
+// softmax; with Traits::kSkipBlocks (the decode) a warpgroup skips the blocks that no query of
+// its rows chose. The WGMMA issue
+// alternates between them (Turn), so one's softmax runs while the other's GEMMs occupy the
+// tensor cores.
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh, with
 // FP8 K/V its staging ring's too), and
@@ -160,6 +162,12 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       row_query[half] = qi < t.nq ? qi : 31;
       row_pos[half] = qi < t.nq ? list.q_pos[qi] : 0;
     }
+    // The tile queries owning a row of this warpgroup's 64 (padding rows own none).
+    std::uint32_t wg_queries = 0;
+    if constexpr (Traits::kSkipBlocks) {
+      const int first = turn.wg * 64, last = min(turn.wg * 64 + 63, t.nq * group - 1);
+      for (int qi = first / group; first <= last && qi <= last / group; ++qi) wg_queries |= 1u << qi;
+    }
     auto key_limits = [&](int u, int(&limit)[2]) {
       const UnionEntry e = union_entry(list, u0 + u);
       const std::uint32_t members = list.members[u0 + u];
@@ -215,9 +223,48 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
         }
         if constexpr (kPv) Barrier64::arrive(&smem.kv.v_empty[sp]);
       };
-      phase(cute::true_type{}, cute::false_type{}, 0);
-      for (int u = 1; u < n; ++u) phase(cute::true_type{}, cute::true_type{}, u);
-      phase(cute::false_type{}, cute::true_type{}, n);
+      // Turn u (u = 0..n, the same count in both warpgroups and in both loops below) takes
+      // block u with the P V of block u - 1. Without kSkipBlocks, or when every block has a
+      // query of this warpgroup's rows, that is the straight pipeline.
+      bool every = true;
+      if constexpr (Traits::kSkipBlocks)
+        for (int u = 0; u < n && every; ++u) every = (list.members[u0 + u] & wg_queries) != 0u;
+      if (!Traits::kSkipBlocks || every) {
+        phase(cute::true_type{}, cute::false_type{}, 0);
+        for (int u = 1; u < n; ++u) phase(cute::true_type{}, cute::true_type{}, u);
+        phase(cute::false_type{}, cute::true_type{}, n);
+      } else if constexpr (Traits::kSkipBlocks) {
+        // Otherwise a block that none of its rows chose is skipped: its rows would all be
+        // masked, which leaves the state bitwise as it was (alpha 1, P 0). A pending P V is
+        // issued alone first, so that no V stage is held across a skipped block (the loader
+        // streams in order). The skipped block's stages are released once landed: an early
+        // arrival could complete the stage's previous use.
+        bool pending = false;
+        for (int u = 0; u <= n; ++u) {
+          const bool take = u < n && (list.members[u0 + u] & wg_queries) != 0u;
+          if (take) {
+            if (pending)
+              phase(cute::true_type{}, cute::true_type{}, u);
+            else
+              phase(cute::true_type{}, cute::false_type{}, u);
+          } else {
+            if (pending) {
+              phase(cute::false_type{}, cute::true_type{}, u);
+            } else {
+              turn.sync();
+              turn.pass();
+            }
+            if (u < n) {
+              const int s = static_cast<int>((use + u) & 1u);
+              Barrier64::wait(&smem.kv.k_full[s], phase_of(use + u));
+              Barrier64::arrive(&smem.kv.k_empty[s]);
+              Barrier64::wait(&smem.kv.v_full[s], phase_of(use + u));
+              Barrier64::arrive(&smem.kv.v_empty[s]);
+            }
+          }
+          pending = take;
+        }
+      }
     }
     use += n;
     Barrier64::arrive(&smem.list_empty[buf]);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "core/check.h"
 #include "cuda/common/launch.h"
@@ -16,10 +17,11 @@
 
 namespace msa::cuda {
 
-template <DType kDtype, int kHeadDim>
+template <DType kDtype, int kHeadDim, bool kDecode>
 void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
                        cudaStream_t stream) {
-  using Traits = prefill_sm90::Traits<kDtype, kHeadDim>;
+  using Base = prefill_sm90::Traits<kDtype, kHeadDim>;
+  using Traits = std::conditional_t<kDecode, prefill_sm90::SkipBlocks<Base>, Base>;
   using Storage = prefill_sm90::TileUnionStorage<Traits>;
   constexpr auto* kernel = prefill_sm90::prefill_kernel<Traits, prefill_sm90::TileUnionParams, Storage>;
   constexpr std::size_t smem = prefill_sm90::smem_bytes<Storage>();
