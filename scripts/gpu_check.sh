@@ -50,9 +50,10 @@ grep -E "spill|lmem|Used [0-9]+ registers" "$results/build.log" > "$results/ptxa
 ctest --test-dir "$build" -j 4 --output-on-failure > "$results/ctest.log" 2>&1
 ctest_rc=$?
 status "ctest" "$(grep -E 'tests passed|tests failed' "$results/ctest.log" | tail -n 1) (rc $ctest_rc)"
-"$build/tests/msa_tests" --gtest_brief=1 > "$results/gtest.log" 2>&1
-skipped=$(grep -c '^\[  SKIPPED \]' "$results/gtest.log" || true)
-status "gtest skipped lines" "$skipped"
+# Tests that skipped themselves (a GPU test without a GPU), from ctest's list: rerunning the
+# GoogleTest binary for the count would double the device time.
+skipped=$(grep -c '(Skipped)' "$results/ctest.log" || true)
+status "ctest skipped" "$skipped"
 
 "$build/msa" run > "$results/msa_run.txt" 2>&1
 run_rc=$?
