@@ -18,7 +18,8 @@ namespace msa::cuda {
 // A split is worth its fixed cost (union build, Q load, a partial per row) only with this many
 // union entries on average; a plan never makes more than kDecodeMaxSplits (the combine's slots).
 // Both measured on the H100 over B 1-4, L 4k-200k, Q 1 and 8 (docs/performance.md step 14e):
-// 2 entries and 16 splits beat 4 and 32 on the small steps by 2-4 us.
+// 2 entries and 16 splits were faster than 4 and 32 on most small steps (by up to 4 us), and
+// slower only for FP8 at B = 1, L = 200k (3 us).
 inline constexpr int kDecodeMinEntriesPerSplit = 2;
 inline constexpr int kDecodeMaxSplits = 16;
 // The CTAs a split decode aims for: one wave on an H100 / H200 (132 SMs). A constant, not the

@@ -11,9 +11,8 @@
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T together with O += P(u-1) V(u-1), then mask and fold S(u) into the online
 // softmax; with Traits::kSkipBlocks (the decode) a warpgroup skips the blocks that no query of
-// its rows chose. The WGMMA issue
-// alternates between them (Turn), so one's softmax runs while the other's GEMMs occupy the
-// tensor cores.
+// its rows chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while
+// the other's GEMMs occupy the tensor cores.
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh, with
 // FP8 K/V its staging ring's too), and
