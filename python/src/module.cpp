@@ -157,6 +157,59 @@ class PySparseDecode {
   SparseDecode op_;
 };
 
+class PyIndexer {
+ public:
+  PyIndexer(int h_i, int d, float scale, const std::string& backend, bool strict)
+      : op_(h_i, d, scale, options_of(backend, strict, Options{}.q_per_item, "auto")) {}
+
+  void plan(const Array& cu_seqlens_q, const Array& k_len, std::uintptr_t stream) {
+    const VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
+    nb::gil_scoped_release release;
+    op_.plan(batch, to_stream(stream));
+  }
+
+  void run(const Array& index_q, const Array& index_k, const Array& scores, const Array& cu_seqlens_q,
+           const Array& k_len, const std::optional<Array>& page_table, const std::optional<Array>& cu_seqlens_k,
+           std::uintptr_t stream) {
+    IndexerArgs a;
+    a.index_q = to_view(index_q, "index_q");
+    a.index_k = KvCache{to_view(index_k, "index_k"), TensorView{}, to_view(page_table, "page_table"),
+                        to_view(cu_seqlens_k, "cu_seqlens_k")};
+    a.batch = batch_of(cu_seqlens_q, k_len);
+    a.scores = to_view(scores, "scores");
+    nb::gil_scoped_release release;
+    op_.run(a, to_stream(stream));
+  }
+
+ private:
+  Indexer op_;
+};
+
+class PyTopK {
+ public:
+  PyTopK(int topk, const std::string& backend, bool strict)
+      : op_(topk, options_of(backend, strict, Options{}.q_per_item, "auto")) {}
+
+  void plan(const Array& cu_seqlens_q, const Array& k_len, std::uintptr_t stream) {
+    const VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
+    nb::gil_scoped_release release;
+    op_.plan(batch, to_stream(stream));
+  }
+
+  void run(const Array& scores, const Array& topk, const Array& cu_seqlens_q, const Array& k_len,
+           std::uintptr_t stream) {
+    TopkArgs a;
+    a.scores = to_view(scores, "scores");
+    a.batch = batch_of(cu_seqlens_q, k_len);
+    a.topk = to_view(topk, "topk");
+    nb::gil_scoped_release release;
+    op_.run(a, to_stream(stream));
+  }
+
+ private:
+  TopK op_;
+};
+
 }  // namespace
 }  // namespace msa::python
 
@@ -209,4 +262,16 @@ NB_MODULE(_msa, m) {
            "stream"_a = 0)
       .def("set_workspace", &PySparseDecode::set_workspace, "buffer"_a.none())
       .def("workspace_bytes", &PySparseDecode::workspace_bytes, "batch"_a, "q_per_request"_a, "max_seq_len"_a);
+
+  nb::class_<PyIndexer>(m, "Indexer", "msa::Indexer: per (index head, query, block) the best visible score (spec §5).")
+      .def(nb::init<int, int, float, const std::string&, bool>(), "h_i"_a, "d"_a = 128, "scale"_a = 0.f,
+           "backend"_a = "cpu", "strict"_a = false)
+      .def("plan", &PyIndexer::plan, "cu_seqlens_q"_a, "k_len"_a, "stream"_a = 0)
+      .def("run", &PyIndexer::run, "index_q"_a, "index_k"_a, "scores"_a, "cu_seqlens_q"_a, "k_len"_a,
+           "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "stream"_a = 0);
+
+  nb::class_<PyTopK>(m, "TopK", "msa::TopK: exact top-k block selection from indexer scores (spec §5).")
+      .def(nb::init<int, const std::string&, bool>(), "topk"_a = 16, "backend"_a = "cpu", "strict"_a = false)
+      .def("plan", &PyTopK::plan, "cu_seqlens_q"_a, "k_len"_a, "stream"_a = 0)
+      .def("run", &PyTopK::run, "scores"_a, "topk"_a, "cu_seqlens_q"_a, "k_len"_a, "stream"_a = 0);
 }

@@ -1,0 +1,54 @@
+"""The selection operators, thin layers over msa::Indexer and msa::TopK (spec §5): index scores
+per (index head, query, 128-token block), then each row's top-k blocks in the prefill layout that
+msa.SparsePrefill takes. The CPU backend runs both; the CUDA backend does not have them yet (its
+constructor raises msa.Error naming ``options.backend``)."""
+
+from __future__ import annotations
+
+from . import _msa
+from ._arrays import on_device_of, stream_of
+
+
+class Indexer:
+    """msa::Indexer over DLPack arrays (NumPy on the CPU), never copied.
+
+    ``h_i`` index heads of dim ``d``; ``scale`` 0 means 1/sqrt(d); ``backend`` ``"cpu"`` (the
+    CUDA backend has no indexer yet); ``strict`` checks every value on the host.
+    """
+
+    def __init__(self, h_i: int, d: int = 128, scale: float = 0.0, *, backend: str = "cpu", strict: bool = False):
+        self._op = _msa.Indexer(h_i, d, scale, backend, strict)
+
+    def plan(self, cu_seqlens_q, k_len, *, stream=None) -> None:
+        """The batch the next runs score: ``cu_seqlens_q [B + 1]`` and ``k_len [B]`` int32."""
+        self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
+
+    def run(self, index_q, index_k, scores, cu_seqlens_q, k_len, *, page_table=None, cu_seqlens_k=None,
+            stream=None) -> None:
+        """Writes ``scores [h_i, total_q, max_cols]`` fp32 (``max_cols >= ceil(max k_len / 128)``):
+        ``scale`` times the best dot product of ``index_q [total_q, h_i, d]`` with the block's
+        index keys visible to the query (bottom-right causal), ``-inf`` where none is. The index
+        keys are one head shared by every index head: paged ``[num_pages, 1, page_size, d]`` with
+        ``page_table``, or flat ``[total_k, 1, d]`` with ``cu_seqlens_k``."""
+        with on_device_of(index_q):
+            self._op.run(index_q, index_k, scores, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
+                         stream_of(stream, index_q, scores))
+
+
+class TopK:
+    """msa::TopK over DLPack arrays: exact selection (score descending, ties to the smaller block
+    id, the query's local block last; a row of ``n <= topk`` candidate blocks takes them all in
+    order, then -1). ``topk`` 1..32; ``backend`` ``"cpu"`` (the CUDA backend has no top-k yet)."""
+
+    def __init__(self, topk: int = 16, *, backend: str = "cpu", strict: bool = False):
+        self._op = _msa.TopK(topk, backend, strict)
+
+    def plan(self, cu_seqlens_q, k_len, *, stream=None) -> None:
+        """The batch the next runs select for: ``cu_seqlens_q [B + 1]`` and ``k_len [B]`` int32."""
+        self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
+
+    def run(self, scores, topk, cu_seqlens_q, k_len, *, stream=None) -> None:
+        """From ``scores [h, total_q, cols]`` fp32 writes ``topk [h, total_q, topk]`` int32 (the
+        prefill layout). A NaN score ranks below every number."""
+        with on_device_of(scores):
+            self._op.run(scores, topk, cu_seqlens_q, k_len, stream_of(stream, scores, topk))
