@@ -1,7 +1,7 @@
 """The selection operators, thin layers over msa::Indexer and msa::TopK (spec §5): index scores
 per (index head, query, 128-token block), then each row's top-k blocks in the prefill layout that
-msa.SparsePrefill takes. The CPU backend runs both; the CUDA backend does not have them yet (its
-constructor raises msa.Error naming ``options.backend``)."""
+msa.SparsePrefill takes. The CPU backend runs both; the CUDA backend runs the top-k (its Indexer
+constructor raises msa.Error naming ``options.backend``: no CUDA indexer yet)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ class Indexer:
 class TopK:
     """msa::TopK over DLPack arrays: exact selection (score descending, ties to the smaller block
     id, the query's local block last; a row of ``n <= topk`` candidate blocks takes them all in
-    order, then -1). ``topk`` 1..32; ``backend`` ``"cpu"`` (the CUDA backend has no top-k yet)."""
+    order, then -1). ``topk`` 1..32; ``backend`` ``"cpu"`` or ``"cuda"`` (arrays in device memory,
+    run() one graph-capturable launch reading the batch on the device); ``strict`` checks the
+    batch's values on the host first (on CUDA one synchronisation)."""
 
     def __init__(self, topk: int = 16, *, backend: str = "cpu", strict: bool = False):
         self._op = _msa.TopK(topk, backend, strict)
@@ -49,6 +51,8 @@ class TopK:
 
     def run(self, scores, topk, cu_seqlens_q, k_len, *, stream=None) -> None:
         """From ``scores [h, total_q, cols]`` fp32 writes ``topk [h, total_q, topk]`` int32 (the
-        prefill layout). A NaN score ranks below every number."""
+        prefill layout; any non-overlapping strides, so ``out.transpose(0, 1)`` of a
+        ``[total_q, h, topk]`` tensor writes the query-major layout). A NaN score ranks below
+        every number."""
         with on_device_of(scores):
             self._op.run(scores, topk, cu_seqlens_q, k_len, stream_of(stream, scores, topk))

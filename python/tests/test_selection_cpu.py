@@ -159,4 +159,5 @@ def test_errors_name_the_argument():
     good = np.zeros((2, index_q.shape[0], cols), np.float32)
     expect_error("topk.dtype", msa.TopK(4).run, good, ids, cu_q, k_len)
     if not msa.cuda_available():
+        expect_error("options.backend", msa.Indexer, 4, backend="cuda")
         expect_error("options.backend", msa.TopK, 4, backend="cuda")

@@ -26,6 +26,5 @@ int current_sm_count() {
 // Operators the CUDA backend does not implement yet: dispatch reports them as unsupported
 // (never a silent CPU fallback).
 std::unique_ptr<Indexer::Impl> make_indexer() { return nullptr; }
-std::unique_ptr<TopK::Impl> make_topk() { return nullptr; }
 
 }  // namespace msa::cuda
