@@ -1,8 +1,9 @@
-// The exact top-k kernel: one warp per (head, query) row. Each lane keeps the best kList keys
-// of its strided share of the row's candidates in registers (a sorted list, inserted into only
-// when a key beats its last entry), then k - 1 rounds of a warp maximum over the lists' heads
-// pick the row's best in order. A key is the score's order-preserving bits above the inverted
-// block id, so that one unsigned comparison ranks by score and breaks ties to the smaller id.
+// The exact top-k kernel: one warp per (head, query) row. The warp keeps the row's best k - 1
+// keys so far as one sorted list across its lanes (lane s holds the s-th best) and reads the
+// candidates 32 at a time: one comparison with the (k - 1)-th best filters each, and the few
+// that pass are inserted one by one (a ballot counts the better keys, one shuffle moves the
+// worse ones down). A key is the score's order-preserving bits above the inverted block id, so
+// that one unsigned comparison ranks by score and breaks ties to the smaller id.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,8 +30,8 @@ __device__ __forceinline__ std::uint64_t key_of(float v, int col) {
 }
 __device__ __forceinline__ int id_of(std::uint64_t key) { return static_cast<int>(~static_cast<std::uint32_t>(key)); }
 
-template <int kList>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkParams p) {
+  constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const std::int64_t rows = std::int64_t{p.h} * p.total_q;
   const std::int64_t warps = std::int64_t{gridDim.x} * kWarpsPerBlock;
@@ -55,60 +56,39 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
       for (int s = lane; s < p.k; s += 32) out[s * p.topk_stride_slot] = s <= local ? s : -1;
       continue;
     }
+    // The row's best `want` keys so far, one per lane (lane s: the s-th best; 0 = empty), and
+    // the want-th best, which a candidate must beat. Candidates come 32 at a time, one per lane.
+    const int want = p.k - 1;
     const float* sc = p.scores + head * p.scores_stride_h + q * p.scores_stride_q;
     const int n = min(local, p.cols);
-    std::uint64_t list[kList];  // descending; 0 = empty
-#pragma unroll
-    for (int i = 0; i < kList; ++i) list[i] = 0;
-    for (int c = lane; c < n; c += 32) {
-      const std::uint64_t key = key_of(sc[c * p.scores_stride_col], c);
-      if (key > list[kList - 1]) {
-#pragma unroll
-        for (int i = kList - 1; i > 0; --i) list[i] = key > list[i - 1] ? list[i - 1] : (key > list[i] ? key : list[i]);
-        list[0] = key > list[0] ? key : list[0];
+    std::uint64_t mine = 0, bar = 0;
+    for (int c0 = 0; want > 0 && c0 < n; c0 += 32) {
+      const int c = c0 + lane;
+      const std::uint64_t key = c < n ? key_of(sc[std::int64_t{c} * p.scores_stride_col], c) : 0;
+      for (unsigned pending = __ballot_sync(kAll, key > bar); pending != 0u; pending &= pending - 1u) {
+        const std::uint64_t y = __shfl_sync(kAll, key, __ffs(pending) - 1);
+        if (y <= bar) continue;  // beaten by an earlier insertion of this batch (warp-uniform)
+        // y goes to position `at` (the count of better kept keys); the worse ones move down.
+        const int at = __popc(__ballot_sync(kAll, lane < want && mine > y));
+        const std::uint64_t above = __shfl_up_sync(kAll, mine, 1);
+        if (lane >= at) mine = lane == at ? y : above;
+        bar = __shfl_sync(kAll, mine, want - 1);
       }
     }
-    // k - 1 rounds: the warp's best head leaves its lane's list (keys are distinct: one lane).
-    for (int s = 0; s < p.k - 1; ++s) {
-      std::uint64_t best = list[0];
-#pragma unroll
-      for (int d = 16; d > 0; d /= 2) best = max(best, __shfl_xor_sync(0xffffffffu, best, d));
-      if (best == 0) {  // fewer than k - 1 candidates within `cols` (inconsistent batch data)
-        if (lane == 0) out[s * p.topk_stride_slot] = -1;
-        continue;
-      }
-      if (list[0] == best) {
-#pragma unroll
-        for (int i = 0; i < kList - 1; ++i) list[i] = list[i + 1];
-        list[kList - 1] = 0;
-      }
-      if (lane == 0) out[s * p.topk_stride_slot] = id_of(best);
-    }
-    if (lane == 0) out[(p.k - 1) * p.topk_stride_slot] = local;
+    // Fewer than `want` candidates (a batch inconsistent with `cols`) leave empty keys: id -1.
+    if (lane < want) out[lane * p.topk_stride_slot] = id_of(mine);
+    if (lane == 0) out[want * p.topk_stride_slot] = local;
   }
-}
-
-template <int kList>
-void launch(const TopkParams& p, cudaStream_t stream) {
-  const std::int64_t rows = std::int64_t{p.h} * p.total_q;
-  const std::int64_t blocks = std::min<std::int64_t>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20);
-  topk_kernel<kList><<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(p);
-  MSA_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
 void launch_topk(const TopkParams& p, cudaStream_t stream) {
-  if (std::int64_t{p.h} * p.total_q == 0) return;
-  // A lane's list holds at least the k - 1 a row can need from it.
-  if (p.k - 1 <= 4)
-    launch<4>(p, stream);
-  else if (p.k - 1 <= 8)
-    launch<8>(p, stream);
-  else if (p.k - 1 <= 16)
-    launch<16>(p, stream);
-  else
-    launch<32>(p, stream);
+  const std::int64_t rows = std::int64_t{p.h} * p.total_q;
+  if (rows == 0) return;
+  const std::int64_t blocks = std::min<std::int64_t>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20);
+  topk_kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(p);
+  MSA_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace msa::cuda
