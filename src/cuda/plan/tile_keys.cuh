@@ -25,13 +25,13 @@ struct TileQuery {
 };
 
 // The request holding packed query q: the last b in [b_first, batch) with cu_seqlens_q[b] <= q
-// (b_first: any request at or before it, 0 when unknown).
+// (b_first: any request at or before it, 0 when unknown; `stride`: of cu_seqlens_q, elements).
 __device__ __forceinline__ int request_of_query(const std::int32_t* cu_seqlens_q, int batch, std::int64_t q,
-                                                int b_first) {
+                                                int b_first, std::int64_t stride = 1) {
   int lo = b_first, hi = batch - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (cu_seqlens_q[mid] <= q)
+    if (cu_seqlens_q[mid * stride] <= q)
       lo = mid;
     else
       hi = mid - 1;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/common/check.h"
+#include "cuda/plan/tile_keys.cuh"
 #include "cuda/topk/launch.h"
 
 namespace msa::cuda {
@@ -17,7 +18,6 @@ namespace msa::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kBlockTokens = 128;
 
 // Order-preserving key: larger score first, NaN below every number (-inf included), -0 equal
 // to +0, then the smaller block id first. Every candidate's key is > 0, the empty entry's.
@@ -38,19 +38,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
   for (std::int64_t row = std::int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32; row < rows; row += warps) {
     const std::int64_t head = row / p.total_q;
     const std::int64_t q = row - head * p.total_q;
-    // The request: the last b in [0, B) with cu_seqlens_q[b] <= q.
-    int lo = 0, hi = p.batch - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (p.cu_seqlens_q[mid * p.cu_seqlens_q_stride] <= q)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const std::int64_t q0 = p.cu_seqlens_q[lo * p.cu_seqlens_q_stride];
-    const std::int64_t q_len = p.cu_seqlens_q[(lo + 1) * p.cu_seqlens_q_stride] - q0;
-    const std::int64_t pos = std::int64_t{p.k_len[lo * p.k_len_stride]} - q_len + (q - q0);
-    const int local = static_cast<int>(pos <= 0 ? 0 : std::min<std::int64_t>(pos / kBlockTokens, INT32_MAX - 1));
+    const int b = request_of_query(p.cu_seqlens_q, p.batch, q, 0, p.cu_seqlens_q_stride);
+    const std::int64_t q0 = p.cu_seqlens_q[b * p.cu_seqlens_q_stride];
+    const std::int64_t q_len = p.cu_seqlens_q[(b + 1) * p.cu_seqlens_q_stride] - q0;
+    const std::int64_t pos = std::int64_t{p.k_len[b * p.k_len_stride]} - q_len + (q - q0);
+    const int local = static_cast<int>(pos <= 0 ? 0 : std::min<std::int64_t>(pos / kBlockSize, INT32_MAX - 1));
     std::int32_t* out = p.topk + head * p.topk_stride_h + q * p.topk_stride_q;
     if (local < p.k) {  // n = local + 1 <= k
       for (int s = lane; s < p.k; s += 32) out[s * p.topk_stride_slot] = s <= local ? s : -1;
