@@ -1,13 +1,15 @@
-"""msa.TopK on the CUDA backend with PyTorch tensors (skipped without PyTorch, a GPU or a CUDA
-build), against the NumPy oracle of test_selection_cpu.py: ties, -inf and NaN scores, the
-n <= topk shortcut, rows of thousands of blocks, and the query-major output seen through a
+"""msa.Indexer and msa.TopK on the CUDA backend with PyTorch tensors (skipped without PyTorch, a
+GPU or a CUDA build), against the NumPy oracles of test_selection_cpu.py: index scores of flat
+and paged keys (a chunked batch with tail blocks, a spare column); ties, -inf and NaN scores,
+the n <= topk shortcut, rows of thousands of blocks, and the query-major output seen through a
 transposed view."""
 
 import numpy as np
 import pytest
 
 import msa
-from test_selection_cpu import batch, reference_topk
+from test_selection_cpu import REQUESTS as INDEX_REQUESTS
+from test_selection_cpu import batch, index_case, reference_scores, reference_topk
 
 torch = pytest.importorskip("torch")
 if not (torch.cuda.is_available() and msa.cuda_available()):
@@ -48,3 +50,47 @@ def test_topk_query_major_output():
     msa.TopK(topk, backend="cuda", strict=True).run(torch.from_numpy(scores).to(DEV), qm.transpose(0, 1), cu_d, kl_d)
     torch.cuda.synchronize()
     assert np.array_equal(qm.transpose(0, 1).cpu().numpy(), reference_topk(scores, REQUESTS, topk))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_indexer_flat_and_paged_match_the_oracle(dtype):
+    index_q, index_k, cu_q, cu_k, k_len, cols = index_case(11)
+    tdtype = torch.float16 if dtype is np.float16 else torch.bfloat16
+    q_d = torch.from_numpy(index_q.astype(np.float32)).to(DEV, tdtype)
+    k_d = torch.from_numpy(index_k.astype(np.float32)).to(DEV, tdtype)
+    # The oracle reads the values the device sees (rounded to the dtype).
+    q_ref, k_ref = q_d.float().cpu().numpy(), k_d.float().cpu().numpy()
+    want = reference_scores(q_ref, k_ref, INDEX_REQUESTS, cu_k, 1 / np.sqrt(128), cols + 1)
+    cu_d, kl_d = torch.from_numpy(cu_q).to(DEV), torch.from_numpy(k_len).to(DEV)
+    op = msa.Indexer(index_q.shape[1], 128, backend="cuda")
+    op.plan(cu_d, kl_d)
+
+    def check(scores):
+        got = scores.cpu().numpy()
+        assert np.array_equal(np.isinf(got), np.isinf(want)) and not np.isnan(got).any()
+        finite = np.isfinite(want)
+        assert finite.sum() > 100
+        assert np.all(np.abs(got[finite] - want[finite]) <= 2e-4 * np.maximum(1, np.abs(want[finite])))
+
+    flat = torch.full((index_q.shape[1], index_q.shape[0], cols + 1), float("nan"), device=DEV)
+    op.run(q_d, k_d, flat, cu_d, kl_d, cu_seqlens_k=torch.from_numpy(cu_k).to(DEV))
+    torch.cuda.synchronize()
+    check(flat)
+    # The same keys in shuffled pages of 16 tokens: [num_pages, 1, 16, d].
+    page = 16
+    rng = np.random.default_rng(5)
+    pages_of = [(kl + page - 1) // page for _, kl in INDEX_REQUESTS]
+    physical = rng.permutation(sum(pages_of))
+    cache = torch.zeros((len(physical), 1, page, 128), dtype=tdtype, device=DEV)
+    table = np.zeros((len(INDEX_REQUESTS), max(pages_of)), np.int32)
+    used = 0
+    for b, (_, kl) in enumerate(INDEX_REQUESTS):
+        for j in range(pages_of[b]):
+            table[b, j] = physical[used]
+            rows = k_d[cu_k[b] + j * page: cu_k[b] + min(kl, (j + 1) * page)]
+            cache[physical[used], 0, : rows.shape[0]] = rows[:, 0]
+            used += 1
+    paged = torch.full_like(flat, float("nan"))
+    op.run(q_d, cache, paged, cu_d, kl_d, page_table=torch.from_numpy(table).to(DEV))
+    torch.cuda.synchronize()
+    check(paged)

@@ -23,8 +23,4 @@ int current_sm_count() {
   return sms;
 }
 
-// Operators the CUDA backend does not implement yet: dispatch reports them as unsupported
-// (never a silent CPU fallback).
-std::unique_ptr<Indexer::Impl> make_indexer() { return nullptr; }
-
 }  // namespace msa::cuda

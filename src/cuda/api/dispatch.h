@@ -57,4 +57,15 @@ void dispatch_combine(DType dtype, int d, F&& f) {
               " (MSA_CUDA_DTYPES)");
 }
 
+// The indexer's instance for its index dtype: calls f.template operator()<kDtype>().
+template <class F>
+void dispatch_indexer(DType dtype, F&& f) {
+#define MSA_DISPATCH_CASE(DT) \
+  if (dtype == DType::DT) return f.template operator()<DType::DT>();
+  MSA_INDEXER_INSTANCES(MSA_DISPATCH_CASE)
+#undef MSA_DISPATCH_CASE
+  throw Error("index_q.dtype", to_string(dtype),
+              "no CUDA indexer instance: this build holds " MSA_BUILT_DTYPES " (MSA_CUDA_DTYPES)");
+}
+
 }  // namespace msa::cuda

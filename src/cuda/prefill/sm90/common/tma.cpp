@@ -20,6 +20,28 @@ std::uint64_t stride_bytes(std::int64_t elems, std::uint64_t size, std::uint64_t
 
 }  // namespace
 
+int kv_box_rows(const AttentionParams& a) { return a.page_table != nullptr ? a.page_size : kBlockSize; }
+
+CUtensorMap make_kv_tensor_map(const AttentionParams& a, const void* base, DType kv_dtype, int head_dim,
+                               const std::string& what) {
+  // 64 16-bit or 128 FP8 columns per box, one 128-byte swizzle row either way.
+  const bool paged = a.page_table != nullptr;
+  const auto d = static_cast<std::uint64_t>(head_dim);
+  const std::uint64_t kv_bytes = kv_dtype == DType::kFP8E4M3 ? 1 : 2;
+  const auto kv_box_cols = static_cast<std::uint32_t>(128 / kv_bytes);
+  const auto tokens = static_cast<std::uint64_t>(paged ? a.page_size : a.kv_rows);
+  const auto pages = static_cast<std::uint64_t>(paged ? a.num_pages : 1);
+  const auto h_kv = static_cast<std::uint64_t>(a.h_kv);
+  const std::uint64_t kv_token = stride_bytes(a.stride_kv_token, tokens, d * kv_bytes, kv_bytes);
+  const std::uint64_t kv_head = stride_bytes(a.stride_kv_head, h_kv, tokens * kv_token, kv_bytes);
+  const std::uint64_t kv_page = stride_bytes(paged ? a.stride_kv_page : 0, pages, h_kv * kv_head, kv_bytes);
+  const TensorMapDim dims[4] = {{d, kv_bytes, kv_box_cols},
+                                {tokens, kv_token, static_cast<std::uint32_t>(kv_box_rows(a))},
+                                {h_kv, kv_head, 1},
+                                {pages, kv_page, 1}};
+  return make_tensor_map(base, kv_dtype, dims, 4, what);
+}
+
 PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, int head_dim) {
   return make_prefill_tma(a, dtype, dtype, head_dim);
 }
@@ -27,7 +49,6 @@ PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, int head_dim)
 PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, DType kv_dtype, int head_dim) {
   const auto d = static_cast<std::uint64_t>(head_dim);
   const auto h_q = static_cast<std::uint64_t>(a.h_q);
-  const auto h_kv = static_cast<std::uint64_t>(a.h_kv);
   const auto total_q = static_cast<std::uint64_t>(a.total_q);
   PrefillTma t{};
   // A box holds one query's heads and must not straddle a consumer warpgroup's 64 rows.
@@ -42,22 +63,9 @@ PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, DType kv_dtyp
       {d, kElementBytes, kBoxCols}, {h_q, d * kElementBytes, qb}, {o_rows, h_q * d * kElementBytes, 1}};
   t.o_partial = make_tensor_map(a.o_partial, dtype, o_dims, 3, "o_partial");
 
-  // K and V: 64 16-bit or 128 FP8 columns per box, one 128-byte swizzle row either way.
-  const bool paged = a.page_table != nullptr;
-  t.kv_box_rows = paged ? a.page_size : kBlockSize;
-  const std::uint64_t kv_bytes = kv_dtype == DType::kFP8E4M3 ? 1 : 2;
-  const auto kv_box_cols = static_cast<std::uint32_t>(128 / kv_bytes);
-  const auto tokens = static_cast<std::uint64_t>(paged ? a.page_size : a.kv_rows);
-  const auto pages = static_cast<std::uint64_t>(paged ? a.num_pages : 1);
-  const std::uint64_t kv_token = stride_bytes(a.stride_kv_token, tokens, d * kv_bytes, kv_bytes);
-  const std::uint64_t kv_head = stride_bytes(a.stride_kv_head, h_kv, tokens * kv_token, kv_bytes);
-  const std::uint64_t kv_page = stride_bytes(paged ? a.stride_kv_page : 0, pages, h_kv * kv_head, kv_bytes);
-  const TensorMapDim kv_dims[4] = {{d, kv_bytes, kv_box_cols},
-                                   {tokens, kv_token, static_cast<std::uint32_t>(t.kv_box_rows)},
-                                   {h_kv, kv_head, 1},
-                                   {pages, kv_page, 1}};
-  t.k = make_tensor_map(a.k, kv_dtype, kv_dims, 4, "k.stride");
-  t.v = make_tensor_map(a.v, kv_dtype, kv_dims, 4, "v.stride");
+  t.kv_box_rows = kv_box_rows(a);
+  t.k = make_kv_tensor_map(a, a.k, kv_dtype, head_dim, "k.stride");
+  t.v = make_kv_tensor_map(a, a.v, kv_dtype, head_dim, "v.stride");
   return t;
 }
 

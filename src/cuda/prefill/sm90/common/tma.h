@@ -1,6 +1,8 @@
 // The TMA descriptors of both sm_90a prefill kernels (host side).
 #pragma once
 
+#include <string>
+
 #include "cuda/prefill/sm90/common/params.h"
 #include "msa/tensor.h"
 
@@ -11,5 +13,13 @@ namespace msa::cuda::prefill_sm90 {
 PrefillTma make_prefill_tma(const AttentionParams& p, DType dtype, int head_dim);
 // The same with K/V of `kv_dtype`: dtype, or fp8_e4m3 with bf16 q (the decode's FP8 caches).
 PrefillTma make_prefill_tma(const AttentionParams& p, DType dtype, DType kv_dtype, int head_dim);
+
+// The descriptor of one paged (or flat) K or V tensor at `base` with a's geometry: (d, token in
+// page, kv head, page), box (one 128-byte row, kv_box_rows(a), 1, 1). The indexer's one-head
+// index-K cache uses it too. `what` names the tensor in the msa::Error.
+CUtensorMap make_kv_tensor_map(const AttentionParams& a, const void* base, DType kv_dtype, int head_dim,
+                               const std::string& what);
+// Token rows per K/V box: the page size, or 128 for flat K/V.
+int kv_box_rows(const AttentionParams& a);
 
 }  // namespace msa::cuda::prefill_sm90

@@ -1,0 +1,93 @@
+"""Times msa.Indexer and msa.TopK on the CUDA backend, each alone and back to back, eagerly (as
+an engine calls them), mean of 10 runs after 3 warm-up runs (CUDA events). Index queries and
+keys are bf16 randn * 0.25, h_i = 4, d = 128, a paged index-K cache (pages of 128, shuffled),
+top-16. Cases: one prefill request of S tokens; a chunked batch; the decode form (B requests of
+Q = 8 queries at the ends of L-token sequences). Prints ms, the useful TFLOP/s of the indexer
+(2 * d * h_i per visible (query, key) pair) and the GB/s of the index keys it must read.
+
+    PYTHONPATH=build/gpu/python python3 scripts/bench_selection.py [--quick]
+"""
+import sys
+
+import torch
+
+import msa
+
+H_I, D, TOPK, PAGE = 4, 128, 16, 128
+
+
+def case(requests, seed=0):
+    """Device tensors of one call: requests = [(q_len, k_len), ...]."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q_lens = [q for q, _ in requests]
+    k_lens = [k for _, k in requests]
+    total_q = sum(q_lens)
+    pages_of = [(k + PAGE - 1) // PAGE for k in k_lens]
+    num_pages = sum(pages_of)
+    perm = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
+    table = torch.zeros(len(requests), max(pages_of), dtype=torch.int32, device="cuda")
+    used = 0
+    for b, n in enumerate(pages_of):
+        table[b, :n] = perm[used:used + n]
+        used += n
+    cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    kl = torch.tensor(k_lens, dtype=torch.int32, device="cuda")
+    index_q = (torch.randn(total_q, H_I, D, device="cuda", generator=g) * 0.25).to(torch.bfloat16)
+    index_k = (torch.randn(num_pages, 1, PAGE, D, device="cuda", generator=g) * 0.25).to(torch.bfloat16)
+    cols = max(pages_of) * PAGE // 128
+    scores = torch.empty(H_I, total_q, cols, device="cuda")
+    ids = torch.empty(H_I, total_q, TOPK, dtype=torch.int32, device="cuda")
+    pairs = sum(sum(k - q + i + 1 for i in range(q)) if q < 4096 else q * (2 * (k - q) + q + 1) // 2
+                for q, k in requests)
+    key_bytes = sum(k_lens) * D * 2
+    return cu, kl, index_q, index_k, table, scores, ids, pairs, key_bytes
+
+
+def timed(fn, n=10):
+    for _ in range(3):
+        fn()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    e0.record()
+    for _ in range(n):
+        fn()
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) / n
+
+
+def main():
+    quick = "--quick" in sys.argv
+    cases = [
+        ("prefill S=8k", [(8192, 8192)]),
+        ("prefill S=32k", [(32768, 32768)]),
+        ("chunked 4 x 2k on 16k-64k", [(2048, 16384), (2048, 32768), (2048, 49152), (2048, 65536)]),
+        ("chunk 171 on 55k", [(171, 55000)]),
+        ("decode B=32 L=100k Q=8", [(8, 100000)] * 32),
+    ]
+    if not quick:
+        cases.insert(2, ("prefill S=128k", [(131072, 131072)]))
+    indexer = msa.Indexer(H_I, D, backend="cuda")
+    topk = msa.TopK(TOPK, backend="cuda")
+    print(f"{'case':28s} {'indexer ms':>10s} {'TFLOP/s':>8s} {'key GB/s':>9s} {'top-k ms':>9s} {'both ms':>8s}")
+    for name, requests in cases:
+        cu, kl, index_q, index_k, table, scores, ids, pairs, key_bytes = case(requests)
+
+        def run_indexer():
+            indexer.run(index_q, index_k, scores, cu, kl, page_table=table)
+
+        def run_topk():
+            topk.run(scores, ids, cu, kl)
+
+        def run_both():
+            run_indexer()
+            run_topk()
+
+        t_i, t_k, t_b = timed(run_indexer), timed(run_topk), timed(run_both)
+        flops = 2.0 * D * H_I * pairs
+        print(f"{name:28s} {t_i:10.3f} {flops / t_i / 1e9:8.1f} {key_bytes / t_i / 1e6:9.0f} {t_k:9.3f} {t_b:8.3f}")
+        del scores, ids, index_q, index_k
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+// Compile-time configuration of the sm_90a prefill indexer kernel: tile sizes, the WGMMA tiled
+// MMA of one consumer warpgroup, the shared-memory plan and the work unit the roles share.
+//
+// A tile is `queries_per_tile` consecutive queries of one request with all their index heads:
+// up to 256 (query, head) rows, row r = query (r / h_i), head (r % h_i). Consumer warpgroup w
+// holds rows [128 w, 128 w + 128) and computes S = Q K^T for them against one 128-token block of
+// the index-K cache at a time (two m64 WGMMA row tiles), then each row's maximum over the
+// block's visible tokens. K blocks stream through a TMA ring shared by both warpgroups; Q is
+// double-buffered so that the builders gather the next unit's rows while the consumers work.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/tensor.hpp>
+
+#include "cuda/prefill/sm90/common/kv_ring.cuh"
+#include "cuda/prefill/sm90/common/traits.h"
+
+namespace msa::cuda::indexer_sm90 {
+
+using prefill_sm90::Barrier64;
+
+template <DType kDtype>
+struct Traits {
+  // The K block as the prefill kernels load it: [token, d] 128-byte-swizzled column halves.
+  using Kv = prefill_sm90::Traits<kDtype, 128>;
+  using Element = typename Kv::Element;
+  static constexpr int kHeadDim = 128;
+  static constexpr int kBlockN = Kv::kBlockN;
+  static constexpr int kWarpgroupRows = 128;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kTileRows = kConsumerWarpgroups * kWarpgroupRows;
+  static constexpr int kStages = 3;    // K ring depth
+  static constexpr int kQBuffers = 2;  // Q tiles in flight (current unit, next unit)
+
+  // S = Q K^T for one warpgroup's 128 rows: A = Q [row, d] and B = K [token, d], both K-major.
+  using Mma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::_16>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::K>()));
+  using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                   cute::Shape<cute::Int<kWarpgroupRows>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutK = typename Kv::SmemLayoutK;
+  static constexpr int kQElements = cute::cosize_v<SmemLayoutQ>;
+};
+
+// One work unit: a tile and a range of score columns. Columns [col0, compute_end) are blocks
+// with a token visible to some row of the tile (computed); [compute_end, col_end) get -inf.
+struct Unit {
+  int b;            // request
+  int q0;           // the tile's first query row (index into total_q)
+  int rows;         // valid (query, head) rows: queries in the tile * h_i, 0..256
+  int pos0;         // position of the tile's first query (bottom-right causal; may be < 0 on bad input)
+  int k_len;        // the request's k_len as read
+  int col0;         // the unit's first column
+  int compute_end;  // end of the computed columns
+  int col_end;      // end of the unit's columns
+};
+
+// Threads: warpgroup 0 is the producer (warp 0 loads K blocks with TMA, warps 1-3 gather Q
+// and write the -inf columns), warpgroups 1 and 2 are the consumers.
+constexpr int kThreads = 3 * 128;
+constexpr int kConsumerThreads = 2 * 128;
+constexpr int kBuilderThreads = 96;
+constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 40;
+
+template <class T>
+struct Storage {
+  using Element = typename T::Element;
+  alignas(1024) Element q[T::kQBuffers][T::kConsumerWarpgroups][T::kQElements];  // [row, d] swizzled
+  alignas(1024) Element k[T::kStages][T::Kv::kKvElements];                        // [token, d] swizzled
+  Unit unit[T::kQBuffers];             // the unit of each Q buffer (written by the builders)
+  std::uint32_t chunks[T::kStages];    // per K stage: block_chunks() of its block (valid pages)
+  // k_full: TMA bytes landed   k_empty: 256 consumer arrivals
+  // q_full: 96 builder arrivals (rows gathered, unit written)   q_empty: 256 consumer arrivals
+  alignas(8) std::uint64_t k_full[T::kStages], k_empty[T::kStages];
+  std::uint64_t q_full[T::kQBuffers], q_empty[T::kQBuffers];
+
+  __device__ void init() {
+    for (int i = 0; i < T::kStages; ++i) {
+      Barrier64::init(&k_full[i], 1);
+      Barrier64::init(&k_empty[i], kConsumerThreads);
+    }
+    for (int i = 0; i < T::kQBuffers; ++i) {
+      Barrier64::init(&q_full[i], kBuilderThreads);
+      Barrier64::init(&q_empty[i], kConsumerThreads);
+    }
+  }
+};
+
+}  // namespace msa::cuda::indexer_sm90

@@ -1,0 +1,221 @@
+// The sm_90a prefill indexer kernel (spec §5): per (index head, query, block) the scaled
+// maximum of <index_q, index_k> over the block's tokens visible to the query, as a GEMM whose
+// epilogue reduces each 128-column block to one score per row. Persistent CTAs run the work
+// units of schedule.cuh; the roles meet on the barriers of config.h's Storage:
+//   loader (warp 0)       streams the units' K blocks through the TMA ring
+//   builders (warps 1-3)  gather each unit's Q rows into the next Q buffer, then write the
+//                         unit's columns that no row sees (-inf)
+//   consumers (2 x 128)   S = Q K^T per block (WGMMA), masked row maxima, scores stored
+#pragma once
+
+#include <cstdint>
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/tensor.hpp>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/indexer/config.h"
+#include "cuda/indexer/params.h"
+#include "cuda/indexer/schedule.cuh"
+
+namespace msa::cuda::indexer_sm90 {
+
+// Loader: every unit's computed blocks, in unit order, each into the next K stage with its
+// valid-page chunk mask. One warp.
+template <class T>
+__device__ void loader(const IndexerParams& p, const IndexerTma& tma, Storage<T>& smem, std::int64_t total_tiles,
+                       std::int64_t units) {
+  const int lane = opaque_tid() % 32;
+  std::uint32_t use = 0;
+  for (std::int64_t i = 0;; ++i) {
+    const std::int64_t u = unit_of(i);
+    if (u >= units) break;
+    const Unit unit = find_unit(p, u, total_tiles, lane);
+    for (int col = unit.col0; col < unit.compute_end; ++col, ++use) {
+      const int s = prefill_sm90::stage_of(use, T::kStages);
+      Barrier64::wait(&smem.k_empty[s], prefill_sm90::parity_of(use, T::kStages) ^ 1u);
+      const int block_start = col * kBlockSize;
+      if (lane == 0) {
+        smem.chunks[s] = prefill_sm90::block_chunks(p.cache, unit.b, block_start, unit.k_len);
+        Barrier64::arrive_and_expect_tx(&smem.k_full[s], T::Kv::kBlockBytes);
+      }
+      __syncwarp();
+      prefill_sm90::load_block<typename T::Kv>(p.cache, &tma.k, tma.box_rows, 0, unit.b, block_start, unit.k_len,
+                                               smem.k[s], &smem.k_full[s], lane);
+    }
+  }
+}
+
+// Builders: per unit, the tile's Q rows and the unit itself into Q buffer i % 2 (rows past the
+// tile's are left as they are: their results are never stored); then -inf into the unit's
+// columns past the computed ones. The rows come as 16-byte cp.async copies, all in flight
+// together, swizzled as TMA would write them. 96 threads.
+template <class T>
+__device__ void builders(const IndexerParams& p, Storage<T>& smem, std::int64_t total_tiles, std::int64_t units) {
+  using Element = typename T::Element;
+  const int bt = opaque_tid() - 32;  // 0..95
+  const int lane = bt % 32;
+  constexpr int kChunkElements = 16 / static_cast<int>(sizeof(Element));
+  constexpr int kChunks = T::kHeadDim / kChunkElements;  // 16-byte chunks per row
+  for (std::int64_t i = 0;; ++i) {
+    const std::int64_t u = unit_of(i);
+    if (u >= units) break;
+    const Unit unit = find_unit(p, u, total_tiles, lane);
+    const int qb = static_cast<int>(i % T::kQBuffers);
+    Barrier64::wait(&smem.q_empty[qb], static_cast<std::uint32_t>((i / T::kQBuffers) & 1) ^ 1u);
+    if (bt == 0) smem.unit[qb] = unit;
+    if (unit.compute_end > unit.col0) {
+      const auto* q = static_cast<const Element*>(p.index_q);
+      for (int c = bt; c < unit.rows * kChunks; c += kBuilderThreads) {
+        const int r = c / kChunks, j = c % kChunks;
+        const int qi = r / p.h_i, h = r - qi * p.h_i;
+        const Element* src = q + std::int64_t{unit.q0 + qi} * p.stride_q_token + std::int64_t{h} * p.stride_q_head +
+                             j * kChunkElements;
+        // The 128-byte swizzle is a function of the address (the buffer is 1024-byte aligned):
+        // 16-byte chunk bits 4-6 XOR row bits 7-9 of the unswizzled offset.
+        const int plain = static_cast<int>(sizeof(Element)) *
+                          typename T::SmemLayoutQ{}.layout_b()(r % T::kWarpgroupRows, j * kChunkElements);
+        const auto dst = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem.q[qb][r / T::kWarpgroupRows])) +
+                         static_cast<std::uint32_t>(plain ^ (((plain >> 7) & 7) << 4));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      cutlass::arch::fence_view_async_shared();  // the gathered rows, to WGMMA
+    }
+    Barrier64::arrive(&smem.q_full[qb]);
+    // Columns no row of the tile sees: (row, column) pairs in row-major order, so that
+    // neighbouring threads write neighbouring columns.
+    const int width = unit.col_end - unit.compute_end;
+    for (int e = bt; e < unit.rows * width; e += kBuilderThreads) {
+      const int r = e / width, c = unit.compute_end + (e - r * width);
+      const int qi = r / p.h_i, h = r - qi * p.h_i;
+      p.scores[std::int64_t{h} * p.stride_scores_head + std::int64_t{unit.q0 + qi} * p.stride_scores_token +
+               std::int64_t{c} * p.stride_scores_col] = -INFINITY;
+    }
+  }
+}
+
+// Consumers: per unit and computed block, S = Q K^T for this warpgroup's 128 rows, then each
+// row's maximum over the tokens it sees (all of them left of the tile's first diagonal block on
+// valid pages), scaled, into scores. wt: thread in the warpgroup (0..127), wg: warpgroup.
+template <class T>
+__device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t units, int wg) {
+  using namespace cute;
+  const int wt = opaque_tid() % 128;
+  typename T::Mma mma;
+  auto thr = mma.get_slice(wt);
+  auto acc = partition_fragment_C(mma, Shape<Int<T::kWarpgroupRows>, Int<T::kBlockN>>{});
+  // (row, column) of each accumulator value; rows are the same for every column group.
+  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<T::kWarpgroupRows>, Int<T::kBlockN>>{}));
+  static_assert(decltype(size<1>(acc))::value == 2 && decltype(size<2>(acc))::value == 1);
+  std::uint32_t use = 0;
+  for (std::int64_t i = 0;; ++i) {
+    const std::int64_t u = unit_of(i);
+    if (u >= units) break;
+    const int qb = static_cast<int>(i % T::kQBuffers);
+    Barrier64::wait(&smem.q_full[qb], static_cast<std::uint32_t>((i / T::kQBuffers) & 1));
+    const Unit unit = smem.unit[qb];
+    const bool active = wg * T::kWarpgroupRows < unit.rows;
+    // This thread's four rows (m tile x row half): their positions; and the one whose scores
+    // this lane stores (lane j of a quad stores row j of the four), or none.
+    int pos[2][2];
+    float* out = nullptr;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = wg * T::kWarpgroupRows + get<0>(coord(make_coord(0, half, 0), m, 0));
+        const int qi = r / p.h_i, h = r - qi * p.h_i;
+        pos[m][half] = unit.pos0 + qi;
+        if (wt % 4 == 2 * m + half && r < unit.rows)
+          out = p.scores + std::int64_t{h} * p.stride_scores_head + std::int64_t{unit.q0 + qi} * p.stride_scores_token;
+      }
+    // Blocks left of this one are wholly visible to every row of the tile (pos0 is its least).
+    const int full_end = unit.pos0 >= 0 ? (unit.pos0 + 1) / kBlockSize : 0;
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q[qb][wg]), typename T::SmemLayoutQ{});
+    Tensor tSrQ = thr.partition_fragment_A(sQ);
+    for (int col = unit.col0; col < unit.compute_end; ++col, ++use) {
+      const int s = prefill_sm90::stage_of(use, T::kStages);
+      Barrier64::wait(&smem.k_full[s], prefill_sm90::parity_of(use, T::kStages));
+      if (active) {
+        Tensor sK = make_tensor(make_smem_ptr(smem.k[s]), typename T::SmemLayoutK{});
+        Tensor tSrK = thr.partition_fragment_B(sK);
+        warpgroup_fence_operand(acc);
+        warpgroup_arrive();
+        mma.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+        for (int k = 0; k < size<2>(tSrQ); ++k) {
+          gemm(mma, tSrQ(_, _, k), tSrK(_, _, k), acc);
+          mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc);
+      }
+      const std::uint32_t chunks = smem.chunks[s];
+      Barrier64::arrive(&smem.k_empty[s]);
+      if (!active) continue;
+      const int block_start = col * kBlockSize;
+      const bool masked = col >= full_end || chunks != prefill_sm90::kAllChunks;
+      float best[2][2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float mx = -INFINITY;
+          const int limit = pos[m][half] - block_start;  // columns <= limit are visible
+#pragma unroll
+          for (int n = 0; n < size<0, 2>(acc); ++n)
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+              const float x = acc(make_coord(v, half, n), m, 0);
+              if (masked) {
+                const int c = get<1>(coord(make_coord(v, half, n), m, 0));
+                mx = fmaxf(mx, c <= limit && ((chunks >> (c / 16)) & 1u) ? x : -INFINITY);
+              } else {
+                mx = fmaxf(mx, x);
+              }
+            }
+          best[m][half] = quad_max(mx);
+        }
+      const int j = wt % 4;
+      const float mine = j == 0 ? best[0][0] : j == 1 ? best[0][1] : j == 2 ? best[1][0] : best[1][1];
+      if (out != nullptr) out[std::int64_t{col} * p.stride_scores_col] = mine * p.scale;
+    }
+    Barrier64::arrive(&smem.q_empty[qb]);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1)
+    indexer_kernel(const __grid_constant__ IndexerParams p, const __grid_constant__ IndexerTma tma) {
+  extern __shared__ std::uint8_t smem_raw[];
+  Storage<T>& smem = prefill_sm90::aligned_smem<Storage<T>>(smem_raw);
+  const int tid = threadIdx.x;
+  if (tid == 32) cute::prefetch_tma_descriptor(&tma.k);
+  if (tid == 0) {
+    smem.init();
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  wait_for_previous_grid();
+  if (tid < 128) {
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    const std::int64_t total_tiles = count_tiles(p, tid % 32);
+    const std::int64_t units = total_tiles * p.chunks;
+    if (tid < 32)
+      loader<T>(p, tma, smem, total_tiles, units);
+    else
+      builders<T>(p, smem, total_tiles, units);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+    // The consumers learn each unit from the builders; they need only the count.
+    const std::int64_t units = count_tiles(p, tid % 32) * p.chunks;
+    consumers<T>(p, smem, units, (tid - 128) / 128);
+  }
+  allow_next_grid();
+}
+
+}  // namespace msa::cuda::indexer_sm90
