@@ -97,6 +97,62 @@ __device__ void builders(const IndexerParams& p, Storage<T>& smem, std::int64_t 
   }
 }
 
+// The maximum of one accumulator row's 32 values in this thread (m tile, row half), in two
+// interleaved chains (few live registers: the 128 accumulators stay live across the loop).
+// kMasked: only columns c <= limit on valid 16-token chunks count (-inf if none does). Value
+// (e, half, n) of a WGMMA accumulator row sits in column 8 n + c0 + e, where c0 = 2 (lane % 4)
+// is the thread's first column (the PTX ISA's wgmma D fragment), so 16-token chunk n / 2.
+template <bool kMasked, class Acc>
+__device__ __forceinline__ float thread_row_max(const Acc& acc, int m, int half, int limit_from_c0,
+                                                std::uint32_t chunks) {
+  using namespace cute;
+  constexpr int kGroups = decltype(size<0, 2>(acc))::value;  // 8-column groups, 2 values each
+  float v[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < kGroups; ++n)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float x = acc(make_coord(e, half, n), m, 0);
+      if constexpr (kMasked) x = 8 * n + e <= limit_from_c0 && ((chunks >> (n / 2)) & 1u) ? x : -INFINITY;
+      v[e] = fmaxf(v[e], x);
+    }
+  return fmaxf(v[0], v[1]);
+}
+
+// One lane's row of scores over a unit's computed columns, stored four columns per 16-byte
+// store where the row allows it (contiguous columns, 16-byte aligned), else one by one. Up to
+// three earlier values wait in registers (b2 the newest); a group never reaches before the
+// unit's first column, which another unit may be writing. Few fields: the consumers' 128
+// accumulators leave little room.
+struct RowWriter {
+  float* row = nullptr;  // the row's column 0, or null (a padding row)
+  int pending = 0;       // values waiting (b0..b2, newest last)
+  float b0 = 0.f, b1 = 0.f, b2 = 0.f;
+
+  __device__ __forceinline__ void put(int col, float v, bool last, std::int64_t stride) {
+    if (row == nullptr) return;
+    if (stride != 1 || reinterpret_cast<std::uintptr_t>(row) % 16 != 0) {
+      row[std::int64_t{col} * stride] = v;
+      return;
+    }
+    if ((col & 3) != 3 && !last) {
+      b0 = b1;
+      b1 = b2;
+      b2 = v;
+      ++pending;
+      return;
+    }
+    if (pending == 3) {
+      *reinterpret_cast<float4*>(row + col - 3) = make_float4(b0, b1, b2, v);
+    } else {
+      row[col] = v;
+      if (pending >= 1) row[col - 1] = b2;
+      if (pending >= 2) row[col - 2] = b1;
+    }
+    pending = 0;
+  }
+};
+
 // Consumers: per unit and computed block, S = Q K^T for this warpgroup's 128 rows, then each
 // row's maximum over the tokens it sees (all of them left of the tile's first diagonal block on
 // valid pages), scaled, into scores. wt: thread in the warpgroup (0..127), wg: warpgroup.
@@ -121,7 +177,7 @@ __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t
     // This thread's four rows (m tile x row half): their positions; and the one whose scores
     // this lane stores (lane j of a quad stores row j of the four), or none.
     int pos[2][2];
-    float* out = nullptr;
+    RowWriter out;
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -130,8 +186,9 @@ __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t
         const int qi = r / p.h_i, h = r - qi * p.h_i;
         pos[m][half] = unit.pos0 + qi;
         if (wt % 4 == 2 * m + half && r < unit.rows)
-          out = p.scores + std::int64_t{h} * p.stride_scores_head + std::int64_t{unit.q0 + qi} * p.stride_scores_token;
+          out.row = p.scores + std::int64_t{h} * p.stride_scores_head + std::int64_t{unit.q0 + qi} * p.stride_scores_token;
       }
+    const int c0 = get<1>(coord(make_coord(0, 0, 0), 0, 0));  // this thread's first column
     // Blocks left of this one are wholly visible to every row of the tile (pos0 is its least).
     const int full_end = unit.pos0 >= 0 ? (unit.pos0 + 1) / kBlockSize : 0;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q[qb][wg]), typename T::SmemLayoutQ{});
@@ -158,31 +215,27 @@ __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t
       Barrier64::arrive(&smem.k_empty[s]);
       if (!active) continue;
       const int block_start = col * kBlockSize;
-      const bool masked = col >= full_end || chunks != prefill_sm90::kAllChunks;
+      // Both shapes as separate straight-line code: the diagonal and invalid-page blocks are few.
       float best[2][2];
+      if (col < full_end && chunks == prefill_sm90::kAllChunks) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) best[m][half] = thread_row_max<false>(acc, m, half, 0, 0u);
+      } else {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            best[m][half] = thread_row_max<true>(acc, m, half, pos[m][half] - block_start - c0, chunks);
+      }
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float mx = -INFINITY;
-          const int limit = pos[m][half] - block_start;  // columns <= limit are visible
-#pragma unroll
-          for (int n = 0; n < size<0, 2>(acc); ++n)
-#pragma unroll
-            for (int v = 0; v < 2; ++v) {
-              const float x = acc(make_coord(v, half, n), m, 0);
-              if (masked) {
-                const int c = get<1>(coord(make_coord(v, half, n), m, 0));
-                mx = fmaxf(mx, c <= limit && ((chunks >> (c / 16)) & 1u) ? x : -INFINITY);
-              } else {
-                mx = fmaxf(mx, x);
-              }
-            }
-          best[m][half] = quad_max(mx);
-        }
+        for (int half = 0; half < 2; ++half) best[m][half] = quad_max(best[m][half]);
       const int j = wt % 4;
       const float mine = j == 0 ? best[0][0] : j == 1 ? best[0][1] : j == 2 ? best[1][0] : best[1][1];
-      if (out != nullptr) out[std::int64_t{col} * p.stride_scores_col] = mine * p.scale;
+      out.put(col, mine * p.scale, col + 1 == unit.compute_end, p.stride_scores_col);
     }
     Barrier64::arrive(&smem.q_empty[qb]);
   }
