@@ -1,7 +1,7 @@
 """The selection operators, thin layers over msa::Indexer and msa::TopK (spec §5): index scores
 per (index head, query, 128-token block), then each row's top-k blocks in the prefill layout that
-msa.SparsePrefill takes. The CPU backend runs both; the CUDA backend runs the top-k (its Indexer
-constructor raises msa.Error naming ``options.backend``: no CUDA indexer yet)."""
+msa.SparsePrefill takes. Both run on the CPU and on the CUDA backend (device tensors; one launch
+each, graph-capturable)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from ._arrays import on_device_of, stream_of
 class Indexer:
     """msa::Indexer over DLPack arrays (NumPy on the CPU), never copied.
 
-    ``h_i`` index heads of dim ``d``; ``scale`` 0 means 1/sqrt(d); ``backend`` ``"cpu"`` (the
-    CUDA backend has no indexer yet); ``strict`` checks every value on the host.
+    ``h_i`` index heads of dim ``d``; ``scale`` 0 means 1/sqrt(d); ``backend`` ``"cpu"`` or
+    ``"cuda"`` (h_i up to 256); ``strict`` checks every value on the host.
     """
 
     def __init__(self, h_i: int, d: int = 128, scale: float = 0.0, *, backend: str = "cpu", strict: bool = False):
