@@ -22,16 +22,14 @@ namespace msa::cuda {
 
 namespace {
 
-constexpr int kTileRows = 256;  // (query, head) rows of the kernel's tile
-
 class IndexerCuda final : public Indexer::Impl {
  public:
   void plan(const VarlenBatch&, cudaStream_t) override {}
 
   void run(const IndexerArgs& args, cudaStream_t stream) override {
     const BatchInfo info = validate_indexer(h_i, d, args, Device::kCuda);  // metadata only
-    MSA_REQUIRE(h_i <= kTileRows, "h_i", std::to_string(h_i),
-                "the CUDA indexer takes at most " + std::to_string(kTileRows) + " index heads");
+    MSA_REQUIRE(h_i <= kIndexerTileRows, "h_i", std::to_string(h_i),
+                "the CUDA indexer takes at most " + std::to_string(kIndexerTileRows) + " index heads");
     const std::int64_t batch = info.batch, total_q = info.total_q, cols = args.scores.dim(2);
     MSA_REQUIRE(total_q <= INT32_MAX, "index_q.shape[0]", std::to_string(total_q), "must be below 2^31");
     MSA_REQUIRE(batch < INT32_MAX, "k_len.shape[0]", std::to_string(batch), "must be below 2^31 - 1");
@@ -78,10 +76,9 @@ class IndexerCuda final : public Indexer::Impl {
     p.batch = static_cast<int>(batch);
     p.h_i = h_i;
     p.cols = static_cast<int>(cols);
-    p.queries_per_tile = kTileRows / h_i;
+    p.queries_per_tile = kIndexerTileRows / h_i;
     if (sm_count_ == 0) sm_count_ = current_sm_count();
-    p.chunks = indexer_chunks(total_q, p.queries_per_tile, p.cols, sm_count_);
-    p.chunk_cols = (p.cols + p.chunks - 1) / p.chunks;
+    p.chunk_cols = indexer_chunk_cols(total_q, p.queries_per_tile, p.cols, sm_count_);
     p.chunks = (p.cols + p.chunk_cols - 1) / p.chunk_cols;
     p.scale = scale > 0.f ? scale : 1.f / std::sqrt(static_cast<float>(d));
     IndexerTma tma{};

@@ -16,6 +16,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/prefill/sm90/common/kv_ring.cuh"
+#include "cuda/indexer/params.h"
 #include "cuda/prefill/sm90/common/traits.h"
 
 namespace msa::cuda::indexer_sm90 {
@@ -32,6 +33,7 @@ struct Traits {
   static constexpr int kWarpgroupRows = 128;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kTileRows = kConsumerWarpgroups * kWarpgroupRows;
+  static_assert(kTileRows == kIndexerTileRows);
   static constexpr int kStages = 3;    // K ring depth
   static constexpr int kQBuffers = 2;  // Q tiles in flight (current unit, next unit)
 
@@ -58,13 +60,14 @@ struct Unit {
   int col_end;      // end of the unit's columns
 };
 
-// Threads: warpgroup 0 is the producer (warp 0 loads K blocks with TMA, warps 1-3 gather Q
-// and write the -inf columns), warpgroups 1 and 2 are the consumers.
-constexpr int kThreads = 3 * 128;
-constexpr int kConsumerThreads = 2 * 128;
-constexpr int kBuilderThreads = 96;
-constexpr int kConsumerRegs = 232;
-constexpr int kProducerRegs = 40;
+// Threads and registers as in the prefill kernels: warpgroup 0 is the producer (warp 0 loads K
+// blocks with TMA, warps 1-3 gather Q and write the -inf columns), warpgroups 1 and 2 are the
+// consumers.
+using prefill_sm90::kBuilderThreads;
+using prefill_sm90::kConsumerRegs;
+using prefill_sm90::kConsumerThreads;
+using prefill_sm90::kProducerRegs;
+using prefill_sm90::kThreads;
 
 template <class T>
 struct Storage {

@@ -10,9 +10,9 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace msa::cuda {
 
-// Work units per tile for a call: enough units for every SM to take several, few enough that
-// a unit's Q gather is small beside its K blocks. Results do not depend on it.
-int indexer_chunks(std::int64_t total_q, int queries_per_tile, int cols, int sm_count);
+// Score columns per work unit for a call: enough units for every SM to take several, few enough
+// that a unit's Q gather is small beside its K blocks. Results do not depend on it.
+int indexer_chunk_cols(std::int64_t total_q, int queries_per_tile, int cols, int sm_count);
 
 // Writes every element of p.scores: each (head, query, column) the scaled maximum over the
 // block's tokens the query sees, or -inf when it sees none. Batch values are read on the

@@ -8,6 +8,10 @@
 
 namespace msa::cuda {
 
+// (query, head) rows of the kernel's tile: queries_per_tile = kIndexerTileRows / h_i, so h_i is
+// at most this.
+constexpr int kIndexerTileRows = 256;
+
 struct IndexerParams {
   // The index-K cache seen as a one-head K in the prefill's K/V geometry (its K loader and page
   // checks read it): k, stride_kv_page / _head / _token, num_pages, kv_rows, page_size,
@@ -30,7 +34,7 @@ struct IndexerParams {
   int batch;             // B >= 1
   int h_i;               // index heads, 1..256
   int cols;              // scores.shape[2] >= 1
-  int queries_per_tile;  // floor(256 / h_i): a tile is that many queries of one request, all heads
+  int queries_per_tile;  // kIndexerTileRows / h_i: a tile is that many queries of one request, all heads
   int chunk_cols;        // score columns per work unit
   int chunks;            // ceil(cols / chunk_cols): work units per tile
   float scale;           // applied to the best dot product
