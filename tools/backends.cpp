@@ -22,10 +22,6 @@ bool cuda_implements(Stage stage, const AttentionShape& shape) {
   return true;
 }
 
-// Stages whose inputs the tool stages in device memory (tools/device_workload.h); the others
-// are not run on CUDA rather than run on host pointers.
-bool tool_has_device_path(Stage stage) { return stage == Stage::kPlan || stage == Stage::kPrefill; }
-
 }  // namespace
 
 const char* stage_name(Stage stage) {
@@ -46,8 +42,6 @@ StageBackend stage_backend(Stage stage, BackendChoice choice, const AttentionSha
     why = "no CUDA backend in this build or no visible GPU";
   else if (!cuda_implements(stage, shape))
     why = std::string("the CUDA backend does not implement the ") + stage_name(stage) + " yet";
-  else if (!tool_has_device_path(stage))
-    why = std::string("msa run cannot stage device buffers for the ") + stage_name(stage) + " yet";
   if (why.empty()) return {Backend::kCuda, ""};
   if (choice == BackendChoice::kCuda) throw UsageError("msa run: --backend cuda: " + why);
   return {Backend::kCpu, why};

@@ -120,9 +120,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
 // targets.md shapes: S = 8k / 32k / 128k batch 1 per generator, and a chunked batch with long
 // prefixes and mixed chunk sizes.
 std::vector<BenchCase> default_suite() {
-  const std::vector<bench::Request> chunked = {{2048, 34000}, {8192, 8192},   {1024, 131072},
-                                               {16384, 40000}, {512, 512},    {4096, 70000},
-                                               {1, 100000},    {3000, 12345}};
+  const std::vector<bench::Request> chunked = bench_chunked_batch();
   std::vector<BenchCase> suite = {{"random S=8k", bench::Selection::kRandom, single(8192)},
                                   {"random S=32k", bench::Selection::kRandom, single(32768)},
                                   {"random S=128k", bench::Selection::kRandom, single(131072)},
@@ -269,15 +267,21 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
 
 }  // namespace
 
+std::vector<bench::Request> bench_chunked_batch() {
+  return {{2048, 34000}, {8192, 8192}, {1024, 131072}, {16384, 40000},
+          {512, 512},    {4096, 70000}, {1, 100000},   {3000, 12345}};
+}
+
 int bench_command(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::fputs("usage: msa bench prefill|decode [options]  (msa bench prefill --help, msa bench decode --help)\n",
+    std::fputs("usage: msa bench prefill|decode|layer [options]  (msa bench <name> --help)\n",
                args.empty() ? stderr : stdout);
     return args.empty() ? kExitUsage : kExitPass;
   }
   if (args[0] == "decode") return bench_decode_command({args.begin() + 1, args.end()});
+  if (args[0] == "layer") return bench_layer_command({args.begin() + 1, args.end()});
   if (args[0] != "prefill")
-    throw UsageError("msa bench: unknown benchmark '" + args[0] + "' (available: prefill, decode)");
+    throw UsageError("msa bench: unknown benchmark '" + args[0] + "' (available: prefill, decode, layer)");
   BenchOptions o = parse_bench_options({args.begin() + 1, args.end()});
   if (o.help) {
     std::fputs(bench_usage().c_str(), stdout);

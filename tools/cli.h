@@ -55,7 +55,12 @@ int run_command(const RunOptions& options);
 
 // `msa bench <benchmark> [options]` (tools/bench.cpp); returns the exit code.
 int bench_command(const std::vector<std::string>& args);
-// `msa bench decode` (tools/bench_decode.cpp), reached through bench_command.
+// `msa bench decode` (tools/bench_decode.cpp) and `msa bench layer` (tools/bench_layer.cpp),
+// reached through bench_command.
 int bench_decode_command(const std::vector<std::string>& args);
+int bench_layer_command(const std::vector<std::string>& args);
+// The chunked batch of targets.md (8 requests of mixed chunks on long prefixes) that msa bench
+// prefill and msa bench layer both time.
+std::vector<bench::Request> bench_chunked_batch();
 
 }  // namespace msa::tool

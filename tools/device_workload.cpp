@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <algorithm>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 namespace msa::tool {
@@ -16,65 +19,196 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+void copy_back(void* dst, const TensorView& src, std::size_t bytes) {
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check(cudaMemcpy(dst, src.data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+}
+
 }  // namespace
 
 struct DeviceWorkload::Buffers {
-  PrefillArgs args;
   std::vector<void*> owned;
+  TensorView q, k, v, page_table, cu_seqlens_k, cu_seqlens_q, k_len, sinks, index_q, index_k;
+  TensorView topk;           // [h_kv, total_q, K] (a transposed view when query-major)
+  TensorView topk_storage;   // the memory as laid out: [h_kv, total_q, K] or [total_q, h_kv, K]
+  bool query_major = false;
+  TensorView scores, out, lse;
+  bool paged = false;
 
-  // A device copy of `host` keeping the view's shape and strides (e.g. token-major pages).
+  void* allocate(std::size_t bytes) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, std::max<std::size_t>(bytes, 256)), "cudaMalloc");
+    owned.push_back(p);
+    return p;
+  }
+  // A device copy of `host` with the view's shape and strides (e.g. token-major pages); an
+  // absent view stays absent.
   TensorView upload(const bench::HostTensor& host, TensorView view) {
     if (!view.present()) return view;
-    void* p = nullptr;
-    check(cudaMalloc(&p, std::max<std::size_t>(host.bytes(), 16)), "cudaMalloc");
-    owned.push_back(p);
-    check(cudaMemcpy(p, host.raw(), host.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
-    view.data = p;
+    view.data = allocate(host.bytes());
     view.device = Device::kCuda;
+    check(cudaMemcpy(view.data, host.raw(), host.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
     return view;
+  }
+  TensorView zeros(DType dtype, std::initializer_list<std::int64_t> shape) {
+    std::int64_t n = 1;
+    for (std::int64_t e : shape) n *= e;
+    const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+    void* p = allocate(bytes);
+    check(cudaMemset(p, 0, std::max<std::size_t>(bytes, 256)), "cudaMemset");
+    return TensorView::contiguous(p, dtype, shape, Device::kCuda);
+  }
+  KvCache cache(TensorView key, TensorView value) const {
+    KvCache c;
+    c.k = key;
+    c.v = value;
+    if (paged) c.page_table = page_table;
+    else c.cu_seqlens_k = cu_seqlens_k;
+    return c;
   }
 };
 
-DeviceWorkload::DeviceWorkload(const bench::Workload& w) : b_(std::make_unique<Buffers>()) {
+DeviceWorkload::DeviceWorkload(const bench::Workload& w, std::int64_t score_cols, bool query_major_topk)
+    : b_(std::make_unique<Buffers>()) {
+  Buffers& b = *b_;
   const AttentionShape& s = w.spec.shape;
   const KvCache kv = w.kv();
-  PrefillArgs& a = b_->args;
-  a.q = b_->upload(w.q, w.q.view());
-  a.kv.k = b_->upload(w.k, kv.k);
-  a.kv.v = b_->upload(w.v, kv.v);
-  a.kv.page_table = b_->upload(w.page_table, kv.page_table);
-  a.kv.cu_seqlens_k = b_->upload(w.cu_seqlens_k, kv.cu_seqlens_k);
-  a.sinks = b_->upload(w.sinks, w.sinks.view());
-  a.batch = w.batch();
-  a.topk = w.topk.view();
-  const bench::HostTensor out(w.spec.dtype, {w.total_q, s.h_q, s.d}), lse(DType::kFP32, {w.total_q, s.h_q});
-  a.out = b_->upload(out, out.view());
-  a.lse = b_->upload(lse, lse.view());
+  b.paged = w.spec.page_size > 0;
+  b.q = b.upload(w.q, w.q.view());
+  b.k = b.upload(w.k, kv.k);
+  b.v = b.upload(w.v, kv.v);
+  b.page_table = b.upload(w.page_table, kv.page_table);
+  b.cu_seqlens_k = b.upload(w.cu_seqlens_k, kv.cu_seqlens_k);
+  b.cu_seqlens_q = b.upload(w.cu_seqlens_q, w.cu_seqlens_q.view());
+  b.k_len = b.upload(w.k_len, w.k_len.view());
+  b.sinks = b.upload(w.sinks, w.sinks.view());
+  b.index_q = b.upload(w.index_q, w.index_q.view());
+  b.index_k = b.upload(w.index_k, w.index_k.view());
+  b.query_major = query_major_topk;
+  if (query_major_topk) {
+    b.topk_storage = b.zeros(DType::kInt32, {w.total_q, s.h_kv, s.topk});
+    b.topk = b.topk_storage;  // [total_q, h_kv, K] seen as [h_kv, total_q, K]
+    std::swap(b.topk.shape[0], b.topk.shape[1]);
+    std::swap(b.topk.stride[0], b.topk.stride[1]);
+  } else {
+    b.topk_storage = b.zeros(DType::kInt32, {s.h_kv, w.total_q, s.topk});
+    b.topk = b.topk_storage;
+  }
+  if (!w.topk.empty()) set_topk(w.topk);
+  if (score_cols > 0 && w.spec.h_i > 0) b.scores = b.zeros(DType::kFP32, {w.spec.h_i, w.total_q, score_cols});
+  b.out = b.zeros(w.spec.dtype, {w.total_q, s.h_q, s.d});
+  b.lse = b.zeros(DType::kFP32, {w.total_q, s.h_q});
 }
 
 DeviceWorkload::~DeviceWorkload() {
   for (void* p : b_->owned) cudaFree(p);
 }
 
-PrefillArgs DeviceWorkload::args() const { return b_->args; }
+VarlenBatch DeviceWorkload::batch() const { return {b_->cu_seqlens_q, b_->k_len}; }
+
+IndexerArgs DeviceWorkload::indexer_args() const {
+  IndexerArgs a;
+  a.index_q = b_->index_q;
+  a.index_k = b_->cache(b_->index_k, {});
+  a.batch = batch();
+  a.scores = b_->scores;
+  return a;
+}
+
+TopkArgs DeviceWorkload::topk_args() const {
+  TopkArgs a;
+  a.scores = b_->scores;
+  a.batch = batch();
+  a.topk = b_->topk;
+  return a;
+}
+
+TensorView DeviceWorkload::topk() const { return b_->topk; }
+
+PrefillArgs DeviceWorkload::prefill_args() const {
+  PrefillArgs a;
+  a.q = b_->q;
+  a.kv = b_->cache(b_->k, b_->v);
+  a.batch = batch();
+  a.topk = b_->topk;
+  a.sinks = b_->sinks;
+  a.out = b_->out;
+  a.lse = b_->lse;
+  return a;
+}
+
+DecodeArgs DeviceWorkload::decode_args(int q_per_request) const {
+  DecodeArgs a;
+  a.q = b_->q;
+  a.kv = b_->cache(b_->k, b_->v);
+  a.seq_len = b_->k_len;
+  a.topk = b_->topk_storage;
+  a.topk_head_major = !b_->query_major;
+  a.q_per_request = q_per_request;
+  a.sinks = b_->sinks;
+  a.out = b_->out;
+  a.lse = b_->lse;
+  return a;
+}
+
+void DeviceWorkload::set_scores(const bench::HostTensor& scores) {
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check(cudaMemcpy(b_->scores.data, scores.raw(), scores.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+}
+
+void DeviceWorkload::set_topk(const bench::HostTensor& head_major) {
+  const TensorView& t = b_->topk;
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  if (!b_->query_major) {
+    check(cudaMemcpy(t.data, head_major.raw(), head_major.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    return;
+  }
+  const bench::HostTensor qm = bench::query_major_topk(head_major);
+  check(cudaMemcpy(t.data, qm.raw(), qm.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+}
+
+void DeviceWorkload::get_topk(bench::HostTensor& head_major) const {
+  const TensorView& t = b_->topk;  // [h, rows, K] with the storage's strides
+  const std::int64_t h = t.dim(0), rows = t.dim(1), k = t.dim(2);
+  if (!b_->query_major) {
+    copy_back(head_major.raw(), t, head_major.bytes());
+    return;
+  }
+  bench::HostTensor qm(DType::kInt32, {rows, h, k});
+  copy_back(qm.raw(), t, qm.bytes());
+  auto* dst = head_major.data<std::int32_t>();
+  const auto* src = qm.data<const std::int32_t>();
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < h; ++j) std::copy_n(src + (r * h + j) * k, k, dst + (j * rows + r) * k);
+}
+
+void DeviceWorkload::get_scores(bench::HostTensor& scores) const { copy_back(scores.raw(), b_->scores, scores.bytes()); }
+
+void DeviceWorkload::get_outputs(bench::HostTensor& out, bench::HostTensor& lse) const {
+  copy_back(out.raw(), b_->out, out.bytes());
+  copy_back(lse.raw(), b_->lse, lse.bytes());
+}
 
 void DeviceWorkload::synchronize() const { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
-
-void DeviceWorkload::download(bench::HostTensor& out, bench::HostTensor& lse) const {
-  synchronize();
-  check(cudaMemcpy(out.raw(), b_->args.out.data, out.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  check(cudaMemcpy(lse.raw(), b_->args.lse.data, lse.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-}
 
 #else
 
 struct DeviceWorkload::Buffers {};
-DeviceWorkload::DeviceWorkload(const bench::Workload&) {
+DeviceWorkload::DeviceWorkload(const bench::Workload&, std::int64_t, bool) {
   throw Error("backend", "cuda", "this build has no CUDA backend");
 }
 DeviceWorkload::~DeviceWorkload() = default;
-PrefillArgs DeviceWorkload::args() const { return {}; }
-void DeviceWorkload::download(bench::HostTensor&, bench::HostTensor&) const {}
+VarlenBatch DeviceWorkload::batch() const { return {}; }
+IndexerArgs DeviceWorkload::indexer_args() const { return {}; }
+TopkArgs DeviceWorkload::topk_args() const { return {}; }
+TensorView DeviceWorkload::topk() const { return {}; }
+PrefillArgs DeviceWorkload::prefill_args() const { return {}; }
+DecodeArgs DeviceWorkload::decode_args(int) const { return {}; }
+void DeviceWorkload::set_scores(const bench::HostTensor&) {}
+void DeviceWorkload::set_topk(const bench::HostTensor&) {}
+void DeviceWorkload::get_topk(bench::HostTensor&) const {}
+void DeviceWorkload::get_scores(bench::HostTensor&) const {}
+void DeviceWorkload::get_outputs(bench::HostTensor&, bench::HostTensor&) const {}
 void DeviceWorkload::synchronize() const {}
 
 #endif

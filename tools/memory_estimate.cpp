@@ -266,15 +266,22 @@ MemoryEstimate estimate_run_memory(const RunOptions& o, Backend prefill_backend)
   e.host = base;
   for (const auto& item : peak->items) e.host.add(item.name, item.bytes, item.knobs);
 
-  if (cuda) {  // plan() sizes the workspace; the prefill stage uploads the workload
+  if (cuda) {  // the whole workload is uploaded up front; plan() sizes the workspace
     e.host.add("CUDA runtime", kCudaRuntimeHostBytes, "");
     Options opt = defaults;
     opt.backend = Backend::kCuda;
     e.device.add("prefill workspace", prefill_workspace(s, g, opt), "--requests / --h-q / --topk");
     e.device.add("q", w.q, "--requests / --h-q");
     e.device.add("K/V", w.kv, "--requests / --h-kv");
+    e.device.add("index q/k", w.index, "--requests / --h-kv");
+    e.device.add("indexer scores", scores_bytes(g, o.h_kv), "--requests / --h-kv");
+    e.device.add("top-k", w.topk + w.meta, "--requests / --h-kv / --topk");
     e.device.add("out/lse", outputs, "--requests / --h-q");
-    e.device.add("page table", w.meta, "--requests");
+    // The decode step's own device copy, made while the prefill's is still held.
+    const Geometry dg = geometry(decode_requests(o), o.page_size);
+    const WorkloadBytes dw = workload_bytes(dg, s, o.page_size, o.h_kv, true);
+    e.device.add("decode", dw.total() + scores_bytes(dg, o.h_kv) + out_bytes(dg.total_q, s, 2),
+                 "--decode-batch / --decode-len / --decode-q");
   }
   return e;
 }

@@ -15,7 +15,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  run     indexer -> top-k -> plan -> sparse prefill (+ combine) and a decode step on a\n"
     "          built-in workload, each stage verified against the CPU reference\n"
-    "  bench   timed kernels on the GPU: msa bench prefill [--help]\n"
+    "  bench   timed kernels on the GPU: msa bench prefill|decode|layer [--help]\n"
     "\n"
     "options:\n"
     "  -h, --help     this text (msa run --help: the options of run)\n"

@@ -93,6 +93,7 @@ class Pipeline {
     require_memory("msa run", estimate_run_memory(o_, backend(Stage::kPrefill).backend));
     print_header();
     prefill_ = bench::make_workload(spec(o_.requests, o_.seed));
+    if (any_cuda()) device_.emplace(prefill_, score_cols(prefill_));
     const std::vector<void (Pipeline::*)()> stages = {&Pipeline::indexer_stage, &Pipeline::topk_stage,
                                                       &Pipeline::plan_stage, &Pipeline::prefill_stage,
                                                       &Pipeline::decode_stage};
@@ -137,6 +138,11 @@ class Pipeline {
     return s;
   }
   const StageBackend& backend(Stage s) const { return backends_[static_cast<int>(s)]; }
+  bool any_cuda() const {
+    for (const auto& b : backends_)
+      if (b.backend == Backend::kCuda) return true;
+    return false;
+  }
   Options options(Stage s) const {
     Options opt;
     opt.backend = backend(s).backend;
@@ -152,36 +158,76 @@ class Pipeline {
     return rows_.back();
   }
 
-  // Indexer scores [h_i, total_q, cols] of a workload, and the time of run().
-  static double run_indexer(const bench::Workload& w, const Options& opt, HostTensor& scores) {
+  // The wall time of f on the stage's backend. On CUDA a first call takes the one-time costs
+  // (kernel attributes, workspace) and the timed call includes the wait for the device (msa
+  // bench times kernels properly).
+  template <class F>
+  double timed(Stage s, F&& f) const {
+    if (backend(s).backend != Backend::kCuda) return time_ms(f);
+    f();
+    device_sync();
+    return time_ms([&] {
+      f();
+      device_sync();
+    });
+  }
+  void device_sync() const {
+    if (device_) device_->synchronize();
+  }
+  static std::int64_t score_cols(const bench::Workload& w) {
     std::int64_t max_k_len = 0;
     for (const auto& r : w.spec.requests) max_k_len = std::max<std::int64_t>(max_k_len, r.k_len);
-    scores = HostTensor(DType::kFP32, {w.spec.h_i, w.total_q, std::max<std::int64_t>((max_k_len + kBlockSize - 1) / kBlockSize, 1)});
-    Indexer op(w.spec.h_i, w.spec.shape.d, 0.f, opt);
+    return std::max<std::int64_t>((max_k_len + kBlockSize - 1) / kBlockSize, 1);
+  }
+
+  // Indexer scores [h_i, total_q, cols] of a workload (on the device: dev's, copied back), and
+  // the time of run().
+  double run_indexer(const bench::Workload& w, DeviceWorkload* dev, HostTensor& scores) const {
+    scores = HostTensor(DType::kFP32, {w.spec.h_i, w.total_q, score_cols(w)});
+    Indexer op(w.spec.h_i, w.spec.shape.d, 0.f, options(Stage::kIndexer));
+    if (backend(Stage::kIndexer).backend == Backend::kCuda) {
+      const IndexerArgs args = dev->indexer_args();
+      op.plan(args.batch);
+      const double ms = timed(Stage::kIndexer, [&] { op.run(args); });
+      dev->get_scores(scores);
+      return ms;
+    }
     IndexerArgs args;
     args.index_q = w.index_q.view();
     args.index_k = w.index_kv();
     args.batch = w.batch();
     args.scores = scores.view();
     op.plan(args.batch);
-    return time_ms([&] { op.run(args); });
+    const double ms = time_ms([&] { op.run(args); });
+    if (dev != nullptr) dev->set_scores(scores);
+    return ms;
   }
 
-  // Exact top-k of the scores into w.topk [h_kv, total_q, topk], and the time of run().
-  double run_topk(bench::Workload& w, const Options& opt, const HostTensor& scores) const {
+  // Exact top-k of the scores into w.topk [h_kv, total_q, topk] (on the device: from dev's
+  // scores into dev's top-k, copied back), and the time of run().
+  double run_topk(bench::Workload& w, DeviceWorkload* dev, const HostTensor& scores) const {
     w.topk = HostTensor(DType::kInt32, {shape_.h_kv, w.total_q, shape_.topk});
-    TopK op(shape_.topk, opt);
+    TopK op(shape_.topk, options(Stage::kTopk));
+    if (backend(Stage::kTopk).backend == Backend::kCuda) {
+      const TopkArgs args = dev->topk_args();
+      op.plan(args.batch);
+      const double ms = timed(Stage::kTopk, [&] { op.run(args); });
+      dev->get_topk(w.topk);
+      return ms;
+    }
     TopkArgs args;
     args.scores = scores.view();
     args.batch = w.batch();
     args.topk = w.topk.view();
     op.plan(args.batch);
-    return time_ms([&] { op.run(args); });
+    const double ms = time_ms([&] { op.run(args); });
+    if (dev != nullptr) dev->set_topk(w.topk);
+    return ms;
   }
 
   void indexer_stage() {
     StageRow& row = begin(Stage::kIndexer);
-    row.ms = run_indexer(prefill_, options(Stage::kIndexer), scores_);
+    row.ms = run_indexer(prefill_, device_ ? &*device_ : nullptr, scores_);
     row.flops = bench::indexer_flops(o_.h_kv, shape_.d, o_.requests);
     if (!o_.verify) return;
     const auto rows = sample_rows(o_.requests, kSampledRowsPerRequest);
@@ -197,7 +243,7 @@ class Pipeline {
       row.detail = std::string("rows from the ") + bench::selection_name(*o_.selection) +
                    " generator (--selection)";
     } else {
-      row.ms = run_topk(prefill_, options(Stage::kTopk), scores_);
+      row.ms = run_topk(prefill_, device_ ? &*device_ : nullptr, scores_);
     }
     if (!o_.verify) return;
     row.check = check_topk_contract(prefill_.topk, prefill_);
@@ -215,10 +261,18 @@ class Pipeline {
     row.exact = true;
     const Options opt = options(Stage::kPlan);
     prefill_op_.emplace(shape_, opt);
-    row.ms = time_ms([&] { prefill_op_->plan(prefill_.batch(), prefill_.topk.view()); });
+    if (opt.backend == Backend::kCuda) {  // device batch and top-k: planned on the device alone
+      const VarlenBatch batch = device_->batch();
+      const TensorView topk = device_->topk();
+      const std::int64_t max_k_len = score_cols(prefill_) * kBlockSize;
+      row.ms = timed(Stage::kPlan, [&] { prefill_op_->plan(batch, topk, max_k_len, nullptr); });
+    } else {
+      row.ms = time_ms([&] { prefill_op_->plan(prefill_.batch(), prefill_.topk.view()); });
+    }
     const K2qCsr plan = prefill_op_->plan_snapshot();
-    row.detail = format("SparsePrefill::plan(): %lld rows, %zu work items", static_cast<long long>(plan.total_rows),
-                        plan.work.size());
+    row.detail = format("SparsePrefill::plan()%s: %lld rows, %zu work items",
+                        opt.backend == Backend::kCuda ? " from device batch and top-k" : "",
+                        static_cast<long long>(plan.total_rows), plan.work.size());
     if (!o_.verify) return;
     Options host = opt;
     host.backend = Backend::kCpu;
@@ -244,12 +298,14 @@ class Pipeline {
   // One run() of the planned prefill into out/lse, on the plan's backend; returns wall ms
   // (on CUDA including the wait for the device; msa bench times kernels properly).
   double run_prefill(HostTensor& out, HostTensor& lse) {
-    if (!device_) return time_ms([&] { prefill_op_->run(prefill_.prefill_args(out, lse)); });
+    if (backend(Stage::kPrefill).backend != Backend::kCuda)
+      return time_ms([&] { prefill_op_->run(prefill_.prefill_args(out, lse)); });
+    const PrefillArgs args = device_->prefill_args();
     const double ms = time_ms([&] {
-      prefill_op_->run(device_->args());
+      prefill_op_->run(args);
       device_->synchronize();
     });
-    device_->download(out, lse);
+    device_->get_outputs(out, lse);
     return ms;
   }
 
@@ -257,7 +313,6 @@ class Pipeline {
     StageRow& row = begin(Stage::kPrefill);
     out_ = HostTensor(DType::kBF16, {prefill_.total_q, shape_.h_q, shape_.d});
     lse_ = HostTensor(DType::kFP32, {prefill_.total_q, shape_.h_q});
-    if (backend(Stage::kPrefill).backend == Backend::kCuda) device_.emplace(prefill_);
     run_prefill(out_, lse_);  // first call: one-time costs (kernel attributes) stay out of the row
     row.ms = run_prefill(out_, lse_);
     const auto selection = bench::count_selection(prefill_.topk.view(), o_.requests);
@@ -284,32 +339,52 @@ class Pipeline {
     StageRow& row = begin(Stage::kDecode);
     const std::vector<bench::Request> requests = decode_requests(o_);
     bench::Workload w = bench::make_workload(spec(requests, o_.seed + 1));
+    // On the device the top-k rows live in the MSA decode layout [B * Q, h_kv, K]: the top-k
+    // writes them there through a transposed view and the decode reads them as they are.
+    std::optional<DeviceWorkload> dev;
+    if (any_cuda()) dev.emplace(w, score_cols(w), /*query_major_topk=*/true);
+    HostTensor scores;
     if (!o_.selection) {
       // Decode queries are varlen rows with q_len = Q and k_len = seq_len.
-      HostTensor scores;
-      run_indexer(w, options(Stage::kIndexer), scores);
-      run_topk(w, options(Stage::kTopk), scores);
+      run_indexer(w, dev ? &*dev : nullptr, scores);
+      run_topk(w, dev ? &*dev : nullptr, scores);
     }
-    // The serving (MSA decode) layout: [B * Q, h_kv, topk].
     const std::int64_t rows = w.total_q;
-    const HostTensor topk_qm = bench::query_major_topk(w.topk);
-
     HostTensor out(DType::kBF16, {rows, shape_.h_q, shape_.d}), lse(DType::kFP32, {rows, shape_.h_q});
-    DecodeArgs args;
-    args.q = w.q.view();
-    args.kv = w.kv();
-    args.seq_len = w.k_len.view();
-    args.topk = topk_qm.view();
-    args.q_per_request = o_.decode_q;
-    args.out = out.view();
-    args.lse = lse.view();
     SparseDecode op(shape_, options(Stage::kDecode));
     op.plan(o_.decode_batch, o_.decode_q, o_.decode_len);
-    row.ms = time_ms([&] { op.run(args); });
-    row.flops = bench::attention_flops(shape_, bench::count_selection(topk_qm.view(), requests, true));
+    if (backend(Stage::kDecode).backend == Backend::kCuda) {
+      const DecodeArgs args = dev->decode_args(o_.decode_q);
+      row.ms = timed(Stage::kDecode, [&] { op.run(args); });
+      dev->get_outputs(out, lse);
+    } else {
+      const HostTensor topk_qm = bench::query_major_topk(w.topk);  // the serving layout
+      DecodeArgs args;
+      args.q = w.q.view();
+      args.kv = w.kv();
+      args.seq_len = w.k_len.view();
+      args.topk = topk_qm.view();
+      args.q_per_request = o_.decode_q;
+      args.out = out.view();
+      args.lse = lse.view();
+      row.ms = time_ms([&] { op.run(args); });
+    }
+    row.flops = bench::attention_flops(shape_, bench::count_selection(w.topk.view(), requests));
     row.detail = format("B %d x Q %d, %s top-k", o_.decode_batch, o_.decode_q,
                         o_.selection ? bench::selection_name(*o_.selection) : "indexer");
     if (!o_.verify) return;
+    // The step's own selection first (its indexer and top-k ran on the decode batch).
+    if (!o_.selection) {
+      row.check = check_topk_contract(w.topk, w);
+      const auto sampled = sample_rows(requests, kSampledRowsPerRequest);
+      if (row.check.ok) row.check = check_indexer(w, scores, sampled, shape_.softmax_scale());
+      if (row.check.ok) row.check = check_topk_rows(w.topk, scores, requests, sampled);
+      if (!row.check.ok) {
+        row.detail += "; its selection: " + row.check.detail;
+        return;
+      }
+      row.detail += "; selection checked";
+    }
     HostTensor out_ref(DType::kFP32, {rows, shape_.h_q, shape_.d}), lse_ref(DType::kFP32, {rows, shape_.h_q});
     cpu::sparse_prefill_gather(shape_, w.prefill_args(out_ref, lse_ref));
     row.check = check_attention(out, lse, out_ref, lse_ref);
