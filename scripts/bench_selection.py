@@ -69,7 +69,9 @@ def main():
         cases.insert(2, ("prefill S=128k", [(131072, 131072)]))
     indexer = msa.Indexer(H_I, D, backend="cuda")
     topk = msa.TopK(TOPK, backend="cuda")
-    print(f"{'case':28s} {'indexer ms':>10s} {'TFLOP/s':>8s} {'key GB/s':>9s} {'top-k ms':>9s} {'both ms':>8s}")
+    topk_q16 = msa.TopK(TOPK, backend="cuda", ranking="quantised16")
+    print(f"{'case':28s} {'indexer ms':>10s} {'TFLOP/s':>8s} {'key GB/s':>9s} {'top-k ms':>9s} {'q16 ms':>8s} "
+          f"{'both ms':>8s}")
     for name, requests in cases:
         cu, kl, index_q, index_k, table, scores, ids, pairs, key_bytes = case(requests)
 
@@ -79,13 +81,17 @@ def main():
         def run_topk():
             topk.run(scores, ids, cu, kl)
 
+        def run_topk_q16():
+            topk_q16.run(scores, ids, cu, kl)
+
         def run_both():
             run_indexer()
             run_topk()
 
-        t_i, t_k, t_b = timed(run_indexer), timed(run_topk), timed(run_both)
+        t_i, t_k, t_q, t_b = timed(run_indexer), timed(run_topk), timed(run_topk_q16), timed(run_both)
         flops = 2.0 * D * H_I * pairs
-        print(f"{name:28s} {t_i:10.3f} {flops / t_i / 1e9:8.1f} {key_bytes / t_i / 1e6:9.0f} {t_k:9.3f} {t_b:8.3f}")
+        print(f"{name:28s} {t_i:10.3f} {flops / t_i / 1e9:8.1f} {key_bytes / t_i / 1e6:9.0f} {t_k:9.3f} {t_q:8.3f} "
+              f"{t_b:8.3f}")
         del scores, ids, index_q, index_k
 
 

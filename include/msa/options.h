@@ -34,6 +34,23 @@ enum class PrefillPath : std::uint8_t {
 };
 const char* prefill_path_name(PrefillPath p);
 
+// How TopK ranks a row's candidate blocks (spec §5). Both keep the row's contract: the local
+// block last, n <= topk rows as 0..n-1 then -1, the chosen ids in descending rank order.
+enum class TopkRanking : std::uint8_t {
+  // By score, ties to the smaller block id; NaN below every number (-inf included), -0 equal to
+  // +0. The default.
+  kExact,
+  // MSA's 16-bit quantised key. Over the row's ranked candidates (blocks 0..n-2) take the
+  // finite scores' lo = min and hi = max; scale = hi > lo ? 65534 / (hi - lo) : 0 and
+  // bias = fma(-lo, scale, 1.5) (scale 0 and bias 1.5 when no score is finite); a finite score
+  // s gets level q = trunc(fma(s, scale, bias)) clamped to [0, 65535], -inf and NaN get 0, +inf
+  // 65535. Rank by level, ties to the smaller block id. On finite rows this is the selection of
+  // MSA's own top-k, bit for bit (its id tie-break agrees for ids below 65536; larger ids, which
+  // it truncates, still break ties to the smaller id here).
+  kQuantised16,
+};
+const char* topk_ranking_name(TopkRanking r);
+
 struct Options {
   Backend backend = Backend::kCpu;
   // Check the top-k producer contract (ids unique, a -1-padded prefix, <= the local block,
@@ -44,6 +61,8 @@ struct Options {
   int q_per_item = 64;
   // CUDA sparse prefill organisation (see PrefillPath).
   PrefillPath prefill_path = PrefillPath::kAuto;
+  // TopK's ranking (see TopkRanking); the other operators ignore it.
+  TopkRanking topk_ranking = TopkRanking::kExact;
 };
 
 }  // namespace msa

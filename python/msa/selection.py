@@ -36,14 +36,18 @@ class Indexer:
 
 
 class TopK:
-    """msa::TopK over DLPack arrays: exact selection (score descending, ties to the smaller block
-    id, the query's local block last; a row of ``n <= topk`` candidate blocks takes them all in
-    order, then -1). ``topk`` 1..32; ``backend`` ``"cpu"`` or ``"cuda"`` (arrays in device memory,
-    run() one graph-capturable launch reading the batch on the device); ``strict`` checks the
-    batch's values on the host first (on CUDA one synchronisation)."""
+    """msa::TopK over DLPack arrays: the ``topk - 1`` best candidate blocks of each row in rank
+    order, then the query's local block; a row of ``n <= topk`` candidate blocks takes them all in
+    order, then -1. ``ranking`` ``"exact"`` ranks by score (ties to the smaller block id; NaN below
+    every number); ``"quantised16"`` by MSA's 16-bit key (each row's finite scores mapped onto
+    levels 1..65535 over their own min and max, ties to the smaller block id; -inf and NaN level
+    0, +inf 65535): the selection of MSA's own top-k. ``topk`` 1..32; ``backend`` ``"cpu"`` or
+    ``"cuda"`` (arrays in device memory, run() one graph-capturable launch reading the batch on
+    the device); ``strict`` checks the batch's values on the host first (on CUDA one
+    synchronisation)."""
 
-    def __init__(self, topk: int = 16, *, backend: str = "cpu", strict: bool = False):
-        self._op = _msa.TopK(topk, backend, strict)
+    def __init__(self, topk: int = 16, *, backend: str = "cpu", strict: bool = False, ranking: str = "exact"):
+        self._op = _msa.TopK(topk, backend, strict, ranking)
 
     def plan(self, cu_seqlens_q, k_len, *, stream=None) -> None:
         """The batch the next runs select for: ``cu_seqlens_q [B + 1]`` and ``k_len [B]`` int32."""

@@ -185,10 +185,22 @@ class PyIndexer {
   Indexer op_;
 };
 
+TopkRanking ranking_of(const std::string& name) {
+  if (name == "exact") return TopkRanking::kExact;
+  if (name == "quantised16") return TopkRanking::kQuantised16;
+  throw Error("ranking", name, "expected 'exact' or 'quantised16'");
+}
+
+Options topk_options(const std::string& backend, bool strict, const std::string& ranking) {
+  Options o = options_of(backend, strict, Options{}.q_per_item, "auto");
+  o.topk_ranking = ranking_of(ranking);
+  return o;
+}
+
 class PyTopK {
  public:
-  PyTopK(int topk, const std::string& backend, bool strict)
-      : op_(topk, options_of(backend, strict, Options{}.q_per_item, "auto")) {}
+  PyTopK(int topk, const std::string& backend, bool strict, const std::string& ranking)
+      : op_(topk, topk_options(backend, strict, ranking)) {}
 
   void plan(const Array& cu_seqlens_q, const Array& k_len, std::uintptr_t stream) {
     const VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
@@ -270,8 +282,9 @@ NB_MODULE(_msa, m) {
       .def("run", &PyIndexer::run, "index_q"_a, "index_k"_a, "scores"_a, "cu_seqlens_q"_a, "k_len"_a,
            "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "stream"_a = 0);
 
-  nb::class_<PyTopK>(m, "TopK", "msa::TopK: exact top-k block selection from indexer scores (spec §5).")
-      .def(nb::init<int, const std::string&, bool>(), "topk"_a = 16, "backend"_a = "cpu", "strict"_a = false)
+  nb::class_<PyTopK>(m, "TopK", "msa::TopK: top-k block selection from indexer scores (spec §5).")
+      .def(nb::init<int, const std::string&, bool, const std::string&>(), "topk"_a = 16, "backend"_a = "cpu",
+           "strict"_a = false, "ranking"_a = "exact")
       .def("plan", &PyTopK::plan, "cu_seqlens_q"_a, "k_len"_a, "stream"_a = 0)
       .def("run", &PyTopK::run, "scores"_a, "topk"_a, "cu_seqlens_q"_a, "k_len"_a, "stream"_a = 0);
 }

@@ -130,6 +130,46 @@ def test_topk_exact_with_ties_and_shortcut(topk):
     assert (want >= 0).sum() > 0 and (topk == 1 or (want == -1).any())
 
 
+def msa_quantised_topk(scores, requests, topk):
+    """MSA's quantised top-k as its kernel spells it (finite rows): levels over each row's own
+    [min, max], key = level << 16 | (~id & 0xFFFF), the largest keys first."""
+    h, total_q, _ = scores.shape
+    want = np.full((h, total_q, topk), -1, np.int32)
+    for r, (_, pos) in enumerate(positions(requests)):
+        local = pos // BLOCK
+        for g in range(h):
+            if local + 1 <= topk:
+                want[g, r, : local + 1] = np.arange(local + 1)
+                continue
+            row = scores[g, r, :local]
+            lo, hi = row.min(), row.max()
+            scale = np.float32(65534.0) / (hi - lo) if hi > lo else np.float32(0.0)
+            bias = np.float32(np.float64(-lo) * np.float64(scale) + 1.5)  # fma: an exact product, one rounding
+            x = (row.astype(np.float64) * np.float64(scale) + np.float64(bias)).astype(np.float32)
+            level = np.minimum(np.clip(x, 0, None).astype(np.uint64), 65535)
+            key = (level << 16) | (~np.arange(local, dtype=np.uint64) & 0xFFFF)
+            want[g, r, : topk - 1] = (~key[np.argsort(-key.astype(np.int64), kind="stable")[: topk - 1]]) & 0xFFFF
+            want[g, r, topk - 1] = local
+    return want
+
+
+@pytest.mark.parametrize("topk", [2, 4, 16])
+def test_topk_quantised16_is_msa_selection(topk):
+    rng = np.random.default_rng(40 + topk)
+    cu_q, _, k_len = batch(REQUESTS)
+    h, cols = 3, 8
+    # Wide coarse levels plus small noise: values within one quantisation step tie on their level.
+    scores = (1e4 * rng.integers(0, 5, size=(h, cu_q[-1], cols)) + 0.3 * rng.standard_normal((h, cu_q[-1], cols)))
+    scores = scores.astype(np.float32)
+    out = np.full((h, cu_q[-1], topk), 7777, np.int32)
+    msa.TopK(topk, ranking="quantised16").run(scores, out, cu_q, k_len)
+    assert np.array_equal(out, msa_quantised_topk(scores, REQUESTS, topk))
+    exact = np.empty_like(out)
+    msa.TopK(topk).run(scores, exact, cu_q, k_len)
+    if topk < cols:  # rows longer than topk: the levels merge scores that the exact ranking splits
+        assert not np.array_equal(out, exact)
+
+
 def test_indexer_then_topk_feed_the_prefill():
     index_q, index_k, cu_q, cu_k, k_len, cols = index_case(4, h_i=2)
     scores = np.empty((2, index_q.shape[0], cols), np.float32)
@@ -154,6 +194,7 @@ def test_errors_name_the_argument():
     scores = np.empty((index_q.shape[1], index_q.shape[0], cols - 1), np.float32)  # one column short
     expect_error("scores.shape[2]", op.run, index_q, index_k, scores, cu_q, k_len, cu_seqlens_k=cu_k)
     expect_error("topk", msa.TopK, 33)
+    expect_error("ranking", msa.TopK, 4, ranking="approximate")
     expect_error("h_i", msa.Indexer, 0)
     ids = np.empty((2, index_q.shape[0], 4), np.int64)  # not int32
     good = np.zeros((2, index_q.shape[0], cols), np.float32)

@@ -9,7 +9,7 @@ import pytest
 
 import msa
 from test_selection_cpu import REQUESTS as INDEX_REQUESTS
-from test_selection_cpu import batch, index_case, reference_scores, reference_topk
+from test_selection_cpu import batch, index_case, msa_quantised_topk, reference_scores, reference_topk
 
 torch = pytest.importorskip("torch")
 if not (torch.cuda.is_available() and msa.cuda_available()):
@@ -39,6 +39,20 @@ def test_topk_matches_the_oracle(topk):
     op.run(torch.from_numpy(scores).to(DEV), out, cu_d, kl_d)
     torch.cuda.synchronize()
     assert np.array_equal(out.cpu().numpy(), reference_topk(scores, REQUESTS, topk))
+
+
+@pytest.mark.parametrize("topk", [2, 16])
+def test_topk_quantised16_matches_the_msa_oracle(topk):
+    cu_q, _, k_len = batch(REQUESTS)
+    h, cols = 2, max(kl for _, kl in REQUESTS) // 128 + 1
+    rng = np.random.default_rng(90 + topk)
+    scores = 1e4 * rng.integers(0, 9, size=(h, int(cu_q[-1]), cols)) + 0.3 * rng.standard_normal((h, int(cu_q[-1]), cols))
+    scores = scores.astype(np.float32)
+    out = torch.full((h, int(cu_q[-1]), topk), 7777, dtype=torch.int32, device=DEV)
+    cu_d, kl_d = torch.from_numpy(cu_q).to(DEV), torch.from_numpy(k_len).to(DEV)
+    msa.TopK(topk, backend="cuda", ranking="quantised16").run(torch.from_numpy(scores).to(DEV), out, cu_d, kl_d)
+    torch.cuda.synchronize()
+    assert np.array_equal(out.cpu().numpy(), msa_quantised_topk(scores, REQUESTS, topk))
 
 
 def test_topk_query_major_output():

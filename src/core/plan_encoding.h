@@ -6,13 +6,8 @@
 #include <cstdint>
 
 #include "msa/plan.h"    // WorkItem: the kernels read the work list as WorkItem[work_count]
+#include "core/host_device.h"
 #include "msa/shapes.h"  // kBlockSize
-
-#if defined(__CUDACC__)
-#define MSA_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define MSA_HOST_DEVICE inline
-#endif
 
 namespace msa {
 

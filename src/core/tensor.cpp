@@ -44,6 +44,13 @@ const char* prefill_path_name(PrefillPath p) {
   }
   return "unknown";
 }
+const char* topk_ranking_name(TopkRanking r) {
+  switch (r) {
+    case TopkRanking::kExact: return "exact";
+    case TopkRanking::kQuantised16: return "quantised16";
+  }
+  return "unknown";
+}
 const char* version_string() { return "0.1.0"; }
 
 float AttentionShape::softmax_scale() const {

@@ -7,7 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/plan_encoding.h"  // MSA_HOST_DEVICE
+#include "core/host_device.h"
+#include "core/plan_encoding.h"
 
 namespace msa {
 

@@ -168,6 +168,9 @@ void validate_options(const Options& options) {
                   options.prefill_path == PrefillPath::kAuto,
               "options.prefill_path", str(static_cast<int>(options.prefill_path)),
               "must be PrefillPath::kBlockMajor, kTileUnion or kAuto");
+  MSA_REQUIRE(options.topk_ranking == TopkRanking::kExact || options.topk_ranking == TopkRanking::kQuantised16,
+              "options.topk_ranking", str(static_cast<int>(options.topk_ranking)),
+              "must be TopkRanking::kExact or kQuantised16");
 }
 
 void validate_problem(const ProblemSize& problem) {

@@ -151,7 +151,7 @@ class TopkCpu final : public TopK::Impl {
   void plan(const VarlenBatch&, cudaStream_t) override {}
   void run(const TopkArgs& args, cudaStream_t) override {
     validate_topk_args(topk, args, Device::kCpu);
-    cpu::topk_select(args, topk);
+    cpu::topk_select(args, topk, options.topk_ranking);
   }
 };
 

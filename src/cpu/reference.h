@@ -22,9 +22,9 @@ namespace msa::cpu {
 // blocks) hold -inf.
 void indexer(const IndexerArgs& args, float scale);
 
-// Exact top-k, spec §5 (n <= topk: ascending 0..n-1 then -1; else topk-1 best by score
-// descending, ties to the smaller id, then the local block).
-void topk_select(const TopkArgs& args, int topk);
+// Top-k, spec §5 (n <= topk: ascending 0..n-1 then -1; else the topk-1 best by the ranking's
+// key descending, ties to the smaller id, then the local block).
+void topk_select(const TopkArgs& args, int topk, TopkRanking ranking = TopkRanking::kExact);
 
 // Sparse prefill, formulation 1: per (query, head), gather the selected blocks' visible keys
 // and take one masked softmax in FP64. Writes out and (if present) lse. Unlike the validated

@@ -1,5 +1,6 @@
-// Indexer scores against a brute force that walks keys in the outer loop, and exact top-k
-// against a full sort, ties and n <= K rows included.
+// Indexer scores against a brute force that walks keys in the outer loop; exact top-k against a
+// full sort, ties and n <= K rows included; the quantised ranking against MSA's 32-bit key
+// written out here, and on a row where the two rankings must disagree.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -150,6 +151,119 @@ TEST(ReferenceTopk, MatchesFullSortWithTies) {
       }
     EXPECT_GT(rows_over_k, 0);
   }
+}
+
+// MSA's quantised top-k as its kernel spells it: per row, scale and bias from the ranked
+// scores' min and max, key = (level << 16) | (~id & 0xFFFF), the largest keys first.
+std::vector<std::int32_t> msa_quantised_topk(const float* scores, std::int64_t local, int k) {
+  std::vector<std::int32_t> row(static_cast<std::size_t>(k), -1);
+  if (local + 1 <= k) {
+    for (std::int64_t s = 0; s <= local; ++s) row[s] = static_cast<std::int32_t>(s);
+    return row;
+  }
+  const float lo = *std::min_element(scores, scores + local), hi = *std::max_element(scores, scores + local);
+  const float scale = hi > lo ? 65534.0f / (hi - lo) : 0.0f;
+  const float bias = std::fma(-lo, scale, 1.5f);
+  std::vector<std::uint32_t> keys;
+  for (std::int64_t p = 0; p < local; ++p) {
+    const float x = std::fma(scores[p], scale, bias);
+    std::uint32_t q = x <= 0.f ? 0u : x >= 4294967295.f ? 4294967295u : static_cast<std::uint32_t>(x);
+    q = q > 65535u ? 65535u : q;
+    keys.push_back((q << 16) | (~static_cast<std::uint32_t>(p) & 0xFFFFu));
+  }
+  std::sort(keys.begin(), keys.end(), std::greater<>());
+  for (int s = 0; s < k - 1; ++s) row[s] = static_cast<std::int32_t>(~keys[s] & 0xFFFFu);
+  row[k - 1] = static_cast<std::int32_t>(local);
+  return row;
+}
+
+msa::Options quantised_ranking() {
+  msa::Options o;
+  o.topk_ranking = msa::TopkRanking::kQuantised16;
+  return o;
+}
+
+TEST(ReferenceTopk, QuantisedRankingMatchesMsaKey) {
+  // Finite rows: randn scores, and rows of few distinct values spread over a wide range so that
+  // several land on one level.
+  const std::vector<Request> requests = {{50, 9000}, {3, 3}, {0, 90}, {130, 1100}, {7, 300000}};
+  std::vector<std::int32_t> cu = {0}, kl;
+  for (const auto& r : requests) {
+    cu.push_back(cu.back() + r.q_len);
+    kl.push_back(r.k_len);
+  }
+  const std::int64_t total_q = cu.back(), h = 2;
+  std::int64_t cols = 0;
+  for (const auto& r : requests) cols = std::max<std::int64_t>(cols, (r.k_len + 127) / 128);
+  msa::VarlenBatch batch{msa::TensorView::contiguous(cu.data(), DType::kInt32, {static_cast<std::int64_t>(cu.size())}),
+                         msa::TensorView::contiguous(kl.data(), DType::kInt32, {static_cast<std::int64_t>(kl.size())})};
+  HostTensor scores(DType::kFP32, {h, total_q, cols});
+  std::mt19937_64 rng(77);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  std::uniform_int_distribution<int> coarse(0, 40);
+  for (std::int64_t i = 0; i < scores.numel(); ++i)
+    scores.set(i, (i / cols) % 3 == 0 ? 1e4f * static_cast<float>(coarse(rng)) + 0.3f * normal(rng) : normal(rng));
+  for (const int k : {1, 2, 16, 32}) {
+    SCOPED_TRACE(testing::Message() << "topk " << k);
+    HostTensor out(DType::kInt32, {h, total_q, k});
+    msa::TopK op(k, quantised_ranking());
+    op.plan(batch);
+    op.run({scores.view(), batch, out.view()});
+    std::int64_t differs = 0;  // rows where the quantisation changes the selection
+    HostTensor exact(DType::kInt32, {h, total_q, k});
+    msa::TopK exact_op(k, msa::Options{});
+    exact_op.run({scores.view(), batch, exact.view()});
+    for (std::size_t b = 0; b < requests.size(); ++b)
+      for (std::int64_t i = 0; i < requests[b].q_len; ++i) {
+        const std::int64_t r = cu[b] + i;
+        const std::int64_t local = (requests[b].k_len - requests[b].q_len + i) / 128;
+        for (std::int64_t g = 0; g < h; ++g) {
+          const auto want = msa_quantised_topk(scores.data<float>() + (g * total_q + r) * cols, local, k);
+          const std::int32_t* got = out.data<std::int32_t>() + (g * total_q + r) * k;
+          ASSERT_EQ(std::vector<std::int32_t>(got, got + k), want) << "head " << g << " row " << r;
+          const std::int32_t* ex = exact.data<std::int32_t>() + (g * total_q + r) * k;
+          differs += !std::equal(got, got + k, ex);
+        }
+      }
+    if (k > 1) {
+      EXPECT_GT(differs, 0);  // the coarse rows tie on levels the exact ranking splits
+    }
+  }
+}
+
+TEST(ReferenceTopk, QuantisedTiesGoToTheSmallerIdWhereExactSplitsThem) {
+  // One query at position 600 (local block 4), candidates 0..3: 1.0 and 1.0 + 2^-20 share the
+  // top level 65535, so the quantised ranking takes block 1 and the exact one block 2.
+  std::vector<std::int32_t> cu = {0, 1}, kl = {601};
+  const msa::VarlenBatch batch{msa::TensorView::contiguous(cu.data(), DType::kInt32, {2}),
+                               msa::TensorView::contiguous(kl.data(), DType::kInt32, {1})};
+  HostTensor scores(DType::kFP32, {1, 1, 5});
+  const float row[5] = {0.f, 1.f, 1.f + 0x1p-20f, 0.5f, 9.f};  // block 4 is the local one: never ranked
+  for (int i = 0; i < 5; ++i) scores.set(i, row[i]);
+  for (const auto& [options, best] : {std::pair{msa::Options{}, 2}, std::pair{quantised_ranking(), 1}}) {
+    HostTensor out(DType::kInt32, {1, 1, 3});
+    msa::TopK op(3, options);
+    op.run({scores.view(), batch, out.view()});
+    EXPECT_EQ(out.data<std::int32_t>()[0], best);
+    EXPECT_EQ(out.data<std::int32_t>()[1], best == 2 ? 1 : 2);
+    EXPECT_EQ(out.data<std::int32_t>()[2], 4);
+  }
+}
+
+TEST(ReferenceTopk, QuantisedRankingPutsNonFiniteScoresAtTheEnds) {
+  // -inf and NaN take level 0 (ranked by id among themselves), +inf level 65535 (tied with the
+  // finite maximum, so the smaller id goes first); the range comes from the finite scores alone.
+  std::vector<std::int32_t> cu = {0, 1}, kl = {1000};  // local block 7, candidates 0..6
+  const msa::VarlenBatch batch{msa::TensorView::contiguous(cu.data(), DType::kInt32, {2}),
+                               msa::TensorView::contiguous(kl.data(), DType::kInt32, {1})};
+  HostTensor scores(DType::kFP32, {1, 1, 8});
+  const float row[8] = {NAN, -INFINITY, 2.f, INFINITY, -1.f, NAN, 0.5f, 0.f};
+  for (int i = 0; i < 8; ++i) scores.set(i, row[i]);
+  HostTensor out(DType::kInt32, {1, 1, 7});
+  msa::TopK op(7, quantised_ranking());
+  op.run({scores.view(), batch, out.view()});
+  const std::vector<std::int32_t> want = {2, 3, 6, 4, 0, 1, 7};
+  EXPECT_EQ(std::vector<std::int32_t>(out.data<std::int32_t>(), out.data<std::int32_t>() + 7), want);
 }
 
 }  // namespace

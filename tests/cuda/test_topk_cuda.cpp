@@ -1,8 +1,9 @@
 // The CUDA top-k against its CPU twin (cpu::topk_select through msa::TopK on the CPU backend),
-// ids compared exactly: varlen batches with empty requests, rows of n <= k, rows of up to 7813
-// candidate blocks (1M tokens), k 1..32; ties, NaN, -inf and signed zeros; ascending and
-// all-equal rows; strided scores; the query-major output layout; a CUDA graph replayed with
-// new scores and lengths in the same buffers; strict mode's check of the batch values.
+// ids compared exactly, in both rankings (exact and MSA's quantised one): varlen batches with
+// empty requests, rows of n <= k, rows of up to 7813 candidate blocks (1M tokens), k 1..32;
+// ties, NaN, +-inf and signed zeros; normal, ascending, descending and all-equal rows; strided
+// scores; the query-major output layout; a CUDA graph replayed with new scores and lengths in
+// the same buffers; strict mode's check of the batch values.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -43,12 +44,14 @@ struct Batch {
   msa::VarlenBatch view() const { return {cu.view(), k_len.view()}; }
 };
 
-enum class Fill { kMixed, kAscending, kEqual };
+enum class Fill { kMixed, kNormal, kAscending, kDescending, kEqual };
 
-// Seven levels (ties), -inf, NaN, -0 and +0 among them; or ascending / all-equal rows.
+// Seven levels (ties) with -inf, NaN, +inf, -0 and +0 among them; randn rows (as an indexer's
+// scores, distinct values); or ascending / descending / all-equal rows.
 void fill_scores(HostTensor& s, Fill fill, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> level(-3, 3), special(0, 24);
+  std::normal_distribution<float> normal(0.f, 2.f);
   const std::int64_t cols = s.shape()[2];
   for (std::int64_t i = 0; i < s.numel(); ++i) {
     const int sp = special(rng);
@@ -57,7 +60,10 @@ void fill_scores(HostTensor& s, Fill fill, std::uint64_t seed) {
     if (sp == 1) v = NAN;
     if (sp == 2) v = -0.f;
     if (sp == 3) v = 0.f;
+    if (sp == 4 && seed % 2 == 0) v = INFINITY;
+    if (fill == Fill::kNormal) v = normal(rng);
     if (fill == Fill::kAscending) v = static_cast<float>(i % cols);
+    if (fill == Fill::kDescending) v = -static_cast<float>(i % cols);
     if (fill == Fill::kEqual) v = 1.f;
     s.set(i, v);
   }
@@ -68,32 +74,36 @@ std::vector<std::int32_t> ints(const HostTensor& t) {
 }
 
 // CPU twin's ids for (scores, batch), [h, total_q, k].
-HostTensor cpu_topk(const HostTensor& scores, msa::TensorView scores_view, const Batch& batch, int k) {
+HostTensor cpu_topk(const HostTensor& scores, msa::TensorView scores_view, const Batch& batch, int k,
+                    msa::TopkRanking ranking = msa::TopkRanking::kExact) {
   HostTensor out(DType::kInt32, {scores.shape()[0], batch.total_q, k});
-  msa::TopK op(k, msa::Options{});
+  msa::Options cpu;
+  cpu.topk_ranking = ranking;
+  msa::TopK op(k, cpu);
   op.plan(batch.view());
   op.run({scores_view, batch.view(), out.view()});
   return out;
 }
 
-msa::Options cuda_options(bool strict = false) {
+msa::Options cuda_options(bool strict = false, msa::TopkRanking ranking = msa::TopkRanking::kExact) {
   msa::Options o;
   o.backend = msa::Backend::kCuda;
   o.strict = strict;
+  o.topk_ranking = ranking;
   return o;
 }
 
 // One comparison: scores [h, total_q, pitch] viewed as [h, total_q, cols], the CUDA output
 // head-major or query-major ([total_q, h, k] storage seen as [h, total_q, k]).
 void check_case(const std::vector<Request>& requests, int h, int k, Fill fill, int extra_cols, int pitch_pad,
-                bool query_major, std::uint64_t seed) {
+                bool query_major, std::uint64_t seed, msa::TopkRanking ranking = msa::TopkRanking::kExact) {
   const Batch batch(requests);
   const std::int64_t cols = batch.max_blocks + extra_cols, pitch = cols + pitch_pad;
   HostTensor scores(DType::kFP32, {h, batch.total_q, pitch});
   fill_scores(scores, fill, seed);
   msa::TensorView sv = scores.view();
   sv.shape[2] = cols;
-  const HostTensor want = cpu_topk(scores, sv, batch, k);
+  const HostTensor want = cpu_topk(scores, sv, batch, k, ranking);
 
   DeviceTensor d_scores(scores, sv), d_cu(batch.cu), d_k_len(batch.k_len);
   HostTensor got(DType::kInt32, query_major ? std::vector<std::int64_t>{batch.total_q, h, k}
@@ -107,7 +117,7 @@ void check_case(const std::vector<Request>& requests, int h, int k, Fill fill, i
     ov.stride[0] = k;
     ov.stride[1] = std::int64_t{h} * k;
   }
-  msa::TopK op(k, cuda_options());
+  msa::TopK op(k, cuda_options(false, ranking));
   op.plan({d_cu.view, d_k_len.view});
   op.run({d_scores.view, {d_cu.view, d_k_len.view}, ov});
   CUDA_OK(cudaDeviceSynchronize());
@@ -147,6 +157,31 @@ TEST(TopkCuda, AscendingAndAllEqualRows) {
   check_case(kMixedBatch, 2, 32, Fill::kAscending, 0, 0, false, 2);
   check_case(kMixedBatch, 2, 16, Fill::kEqual, 0, 0, false, 3);
   check_case(kMixedBatch, 2, 3, Fill::kEqual, 0, 0, false, 4);
+}
+
+TEST(TopkCuda, NormalAndDescendingRows) {
+  MSA_SKIP_WITHOUT_GPU();
+  for (const int k : {2, 16, 32}) {
+    check_case(kMixedBatch, 2, k, Fill::kNormal, 0, 0, false, 30 + k);
+    check_case(kMixedBatch, 2, k, Fill::kDescending, 0, 0, false, 31 + k);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(TopkCuda, QuantisedRankingMatchesCpuTwin) {
+  MSA_SKIP_WITHOUT_GPU();
+  const auto q16 = msa::TopkRanking::kQuantised16;
+  for (const int k : {1, 2, 9, 16, 32}) {
+    SCOPED_TRACE(testing::Message() << "k " << k);
+    check_case(kMixedBatch, 2, k, Fill::kNormal, 0, 0, false, 40 + k, q16);
+    check_case(kMixedBatch, 2, k, Fill::kMixed, 0, 0, false, 50 + k, q16);  // odd and even seeds: +inf or not
+    check_case(kMixedBatch, 2, k, Fill::kMixed, 0, 0, false, 51 + k, q16);
+    if (HasFatalFailure()) return;
+  }
+  check_case(kMixedBatch, 2, 16, Fill::kEqual, 0, 0, false, 60, q16);
+  check_case(kMixedBatch, 2, 16, Fill::kAscending, 0, 0, false, 61, q16);
+  check_case(kMixedBatch, 3, 16, Fill::kNormal, 5, 3, true, 62, q16);  // strided scores, query-major
+  check_case({{6, 1000000}, {1, 999999}}, 2, 16, Fill::kNormal, 0, 0, false, 63, q16);
 }
 
 TEST(TopkCuda, StridedScoresWiderRowsAndQueryMajorOutput) {

@@ -1,4 +1,4 @@
-// The public TopK on the device: the exact top-k kernel over caller tensors (scores, the varlen
+// The public TopK on the device: the top-k kernel (either ranking) over caller tensors (scores, the varlen
 // batch and the output all in device memory). plan() has nothing to prepare; run() is one
 // launch, so a captured graph replays it with new scores and batch contents in the same buffers.
 #include <cuda_runtime.h>
@@ -59,6 +59,7 @@ class TopkCuda final : public TopK::Impl {
     p.batch = static_cast<int>(batch);
     p.cols = static_cast<int>(sc.dim(2));
     p.k = topk;
+    p.quantised = options.topk_ranking == TopkRanking::kQuantised16;
     launch_topk(p, stream);
   }
 };

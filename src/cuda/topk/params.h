@@ -1,4 +1,4 @@
-// Parameters of the exact top-k kernel (spec §5): one row per (head, query) of the indexer's
+// Parameters of the top-k kernel (spec §5): one row per (head, query) of the indexer's
 // scores. Strides are in elements; every pointer is device memory.
 #pragma once
 
@@ -20,6 +20,7 @@ struct TopkParams {
   int batch = 0;             // B >= 1 when total_q > 0
   int cols = 0;              // scores.shape[2]: candidates past it are never read
   int k = 0;                 // blocks per row, 1..32
+  bool quantised = false;    // TopkRanking::kQuantised16 (else kExact)
 };
 
 }  // namespace msa::cuda
