@@ -4,21 +4,24 @@ Tensors go in and out through DLPack (``__dlpack__``): PyTorch, CuPy, JAX, and N
 tensors, never copied. Errors are :class:`msa.Error`, a ``ValueError`` whose ``argument`` names
 the rejected argument (e.g. ``"q.shape[2]"``) and whose ``value`` is what it held.
 
-Two layers over the same C++ operators: the MSA wrapper classes
-(``msa.BatchPrefillWithPagedKVCacheWrapper``, ``msa.BatchDecodeWithPagedKVCacheWrapper``: the MSA
-contract's names, arguments and defaults, plan()-owned buffers) and a thin Pythonic layer
-(``msa.SparsePrefill``, ``msa.SparseDecode``: the C++ objects' plan/run with every option). The
-selection that feeds them, ``msa.Indexer`` and ``msa.TopK``, has the Pythonic layer only, on the
-CPU backend for now.
+Two layers over the same C++ operators: the MSA wrapper classes (the MSA contract's names,
+arguments and defaults, plan()-owned buffers: ``msa.BatchPrefillIndexerWithPagedKVCacheWrapper``
+and ``msa.BatchDecodeIndexerWithPagedKVCacheWrapper`` select each query's blocks,
+``msa.BatchPrefillWithPagedKVCacheWrapper`` and ``msa.BatchDecodeWithPagedKVCacheWrapper`` attend
+over them) and a thin Pythonic layer (``msa.Indexer``, ``msa.TopK``, ``msa.SparsePrefill``,
+``msa.SparseDecode``: the C++ objects' plan/run with every option). Every operator runs on the CPU
+(NumPy arrays) and on the CUDA backend (device arrays).
 """
 
 from ._msa import Error, cuda_available, version
 from .decode import SparseDecode
+from .indexer_wrappers import BatchDecodeIndexerWithPagedKVCacheWrapper, BatchPrefillIndexerWithPagedKVCacheWrapper
 from .prefill import SparsePrefill
 from .selection import Indexer, TopK
 from .wrappers import BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper
 
 __version__ = version()
 
-__all__ = ["BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper", "Error", "Indexer",
+__all__ = ["BatchDecodeIndexerWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper",
+           "BatchPrefillIndexerWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper", "Error", "Indexer",
            "SparseDecode", "SparsePrefill", "TopK", "cuda_available", "version", "__version__"]

@@ -2,7 +2,7 @@
 that an engine switches to msa by changing an import. Each keeps what plan() decided (the C++
 operator, its workspace, the batch and selection arrays, the output buffers) for run().
 
-Wrappers still to come, one per operator issue: the indexer and top-k selection wrappers.
+The selection wrappers, which produce the ``topk_indices`` these take, are in indexer_wrappers.py.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
 //
 // Pass 1 takes each lane's largest key and sorts the 32 lane maxima across the warp (bitonic):
 // the list starts as their best k - 1, so the bar a candidate must beat is already near its final
-// value. Pass 2 re-reads the row (from L1/L2) and inserts only the keys above the bar that are
-// not already listed (a lane's own maximum): a ballot finds them, each goes in with one ballot
+// value. Pass 2 takes the row's keys again (the first 256 columns' kept in registers, the rest
+// re-read from L1/L2) and inserts only the keys above the bar that are not already listed (a lane's own maximum): a ballot finds them, each goes in with one ballot
 // (its position) and one shuffle (the worse keys move down). Before both, the quantised ranking
 // takes the row's finite minimum and maximum (pass 0).
 #include <cuda_runtime.h>
@@ -27,6 +27,7 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr unsigned kAll = 0xffffffffu;
 constexpr int kChunk = 128;  // columns per warp step: 4 per lane
+constexpr int kCached = 2;   // chunks whose keys pass 1 keeps in registers for pass 2
 
 // Columns c .. c + 3 of the row (c = chunk start + 4 lane); those at or past n read as NaN
 // and are masked by the caller.
@@ -69,9 +70,11 @@ template <bool kQuantised, bool kVector>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkParams p) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const std::int64_t rows = std::int64_t{p.h} * p.total_q;
+  const bool rows32 = rows <= INT32_MAX;  // 32-bit division below
   const std::int64_t warps = std::int64_t{gridDim.x} * kWarpsPerBlock;
   for (std::int64_t row = std::int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32; row < rows; row += warps) {
-    const std::int64_t head = row / p.total_q;
+    const std::int64_t head = rows32 ? static_cast<std::uint32_t>(row) / static_cast<std::uint32_t>(p.total_q)
+                                     : row / p.total_q;
     const std::int64_t q = row - head * p.total_q;
     const int b = request_of_query(p.cu_seqlens_q, p.batch, q, 0, p.cu_seqlens_q_stride);
     const std::int64_t q0 = p.cu_seqlens_q[b * p.cu_seqlens_q_stride];
@@ -105,34 +108,43 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
       }
       rank.z = topk_key::quantiser(lo, hi);
     }
-
-    // Pass 1: this lane's best key (0: no column), then the list = the best of the lane maxima.
-    std::uint64_t own = 0;
-    for (int c0 = 0; c0 < n; c0 += kChunk) {
+    // This lane's keys of the chunk at c0 (columns c0 + 4 lane .. + 3); 0 past n.
+    const auto chunk_keys = [&](int c0, std::uint64_t(&key)[4]) {
       const int c = c0 + 4 * lane;
       float v[4];
       load4<kVector>(sc, stride, c, n, v);
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (c + e < n) own = max(own, rank.key(v[e], c + e));
+      for (int e = 0; e < 4; ++e) key[e] = c + e < n ? rank.key(v[e], c + e) : 0;
+    };
+
+    // Pass 1: this lane's best key (0: no column), then the list = the best of the lane maxima.
+    // The first kCached chunks' keys stay in registers for pass 2.
+    std::uint64_t cached[kCached][4];
+    std::uint64_t own = 0;
+#pragma unroll
+    for (int j = 0; j < kCached; ++j) {
+      chunk_keys(j * kChunk, cached[j]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) own = max(own, cached[j][e]);
+    }
+    for (int c0 = kCached * kChunk; c0 < n; c0 += kChunk) {
+      std::uint64_t key[4];
+      chunk_keys(c0, key);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) own = max(own, key[e]);
     }
     std::uint64_t mine = warp_sort_descending(own, lane);
     std::uint64_t bar = __shfl_sync(kAll, mine, want - 1);
 
     // Pass 2: the keys above the bar not yet listed, inserted one at a time.
-    for (int c0 = 0; c0 < n; c0 += kChunk) {
-      const int c = c0 + 4 * lane;
-      float v[4];
-      load4<kVector>(sc, stride, c, n, v);
-      std::uint64_t key[4];
+    const auto insert = [&](std::uint64_t(&key)[4]) {
       bool any = false;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        key[e] = c + e < n ? rank.key(v[e], c + e) : 0;
         if (key[e] == own) key[e] = 0;  // already in the list
         any |= key[e] > bar;
       }
-      if (__ballot_sync(kAll, any) == 0u) continue;
+      if (__ballot_sync(kAll, any) == 0u) return;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         for (unsigned pending = __ballot_sync(kAll, key[e] > bar); pending != 0u; pending &= pending - 1u) {
@@ -145,6 +157,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
           bar = __shfl_sync(kAll, mine, want - 1);
         }
       }
+    };
+#pragma unroll
+    for (int j = 0; j < kCached; ++j)
+      if (j * kChunk < n) insert(cached[j]);
+    for (int c0 = kCached * kChunk; c0 < n; c0 += kChunk) {
+      std::uint64_t key[4];
+      chunk_keys(c0, key);
+      insert(key);
     }
     // Fewer than `want` candidates (a batch inconsistent with `cols`) leave empty keys: id -1.
     if (lane < want) out[lane * p.topk_stride_slot] = topk_key::id_of(mine);
