@@ -122,4 +122,23 @@ int ArgReader::page_size() {
   return p;
 }
 
+bool read_bench_option(ArgReader& r, AttentionShape& shape, std::uint64_t& seed, int& warmup, int& reps,
+                       int max_h_kv) {
+  const std::string& name = r.name();
+  if (name == "--h-q") shape.h_q = r.integer(1, 1024);
+  else if (name == "--h-kv") shape.h_kv = r.integer(1, max_h_kv);
+  else if (name == "--topk") shape.topk = r.integer(1, 32);
+  else if (name == "--seed") seed = r.u64();
+  else if (name == "--warmup") warmup = r.integer(0, 1000);
+  else if (name == "--reps") reps = r.integer(1, 100000);
+  else return false;
+  return true;
+}
+
+void check_bench_group(const ArgReader& r, const AttentionShape& shape) {
+  if (shape.h_q % shape.h_kv != 0 || shape.h_q / shape.h_kv > 16)
+    r.bad("--h-q", std::to_string(shape.h_q),
+          "must be a multiple of --h-kv " + std::to_string(shape.h_kv) + " with group <= 16");
+}
+
 }  // namespace msa::tool

@@ -48,4 +48,13 @@ class ArgReader {
   bool has_value_ = false;
 };
 
+// The options every msa bench command shares: --h-q, --h-kv (at most max_h_kv), --topk, --seed,
+// --warmup, --reps. Takes the reader's current option into the fields when it is one of them and
+// returns true; false otherwise.
+bool read_bench_option(ArgReader& r, AttentionShape& shape, std::uint64_t& seed, int& warmup, int& reps,
+                       int max_h_kv = 1024);
+// The GQA group the kernels take: h_q a multiple of h_kv, h_q / h_kv <= 16 (a UsageError naming
+// --h-q otherwise).
+void check_bench_group(const ArgReader& r, const AttentionShape& shape);
+
 }  // namespace msa::tool

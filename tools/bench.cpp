@@ -81,14 +81,12 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
   while (r.next_option()) {
     const std::string& name = r.name();
     if (name == "-h" || name == "--help") r.no_value(), o.help = true;
+    else if (read_bench_option(r, o.shape, o.seed, o.warmup, o.reps)) continue;
     else if (name == "--selection") selection = r.selection();
     else if (name == "--seq") {
       const int s = r.integer(1, 1 << 22);
       batches.push_back({"S=" + std::to_string(s), single(s)});
     } else if (name == "--requests") batches.push_back({"B=custom", r.requests(1 << 22)});
-    else if (name == "--h-q") o.shape.h_q = r.integer(1, 1024);
-    else if (name == "--h-kv") o.shape.h_kv = r.integer(1, 1024);
-    else if (name == "--topk") o.shape.topk = r.integer(1, 32);
     else if (name == "--page-size") {
       o.page_size = r.page_size();
       if (o.page_size == 0) r.bad(name, "0", "the benchmark uses paged K/V");
@@ -100,14 +98,9 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       else if (v == "auto") o.path = PrefillPath::kAuto;
       else r.bad(name, v, "expected auto, block-major or tile-union");
     }
-    else if (name == "--seed") o.seed = r.u64();
-    else if (name == "--warmup") o.warmup = r.integer(0, 1000);
-    else if (name == "--reps") o.reps = r.integer(1, 100000);
     else r.unknown();
   }
-  if (o.shape.h_q % o.shape.h_kv != 0 || o.shape.h_q / o.shape.h_kv > 16)
-    r.bad("--h-q", std::to_string(o.shape.h_q),
-          "must be a multiple of --h-kv " + std::to_string(o.shape.h_kv) + " with group <= 16");
+  check_bench_group(r, o.shape);
   for (auto& [label, requests] : batches)
     o.cases.push_back({std::string(bench::selection_name(selection)) + " " + label +
                            (o.path == PrefillPath::kAuto ? "" : std::string(" [") + prefill_path_name(o.path) + "]"),

@@ -91,6 +91,7 @@ DecodeBenchOptions parse(const std::vector<std::string>& args) {
   while (r.next_option()) {
     const std::string& name = r.name();
     if (name == "-h" || name == "--help") r.no_value(), o.help = true;
+    else if (read_bench_option(r, o.shape, o.seed, o.warmup, o.reps)) continue;
     else if (name == "--batch") o.batches = r.integers(1, 4096);
     else if (name == "--len") o.lengths = r.integers(1, 1 << 22);
     else if (name == "--q") o.qs = r.integers(1, 16);
@@ -105,19 +106,11 @@ DecodeBenchOptions parse(const std::vector<std::string>& args) {
         if (item != "bf16" && item != "fp8") r.bad(name, r.value(), "expected bf16 and / or fp8, comma separated");
         o.fp8.push_back(item == "fp8");
       }
-    } else if (name == "--h-q") o.shape.h_q = r.integer(1, 1024);
-    else if (name == "--h-kv") o.shape.h_kv = r.integer(1, 1024);
-    else if (name == "--topk") o.shape.topk = r.integer(1, 32);
-    else if (name == "--pool-gib") o.pool_gib = r.integer(1, 64);
-    else if (name == "--seed") o.seed = r.u64();
-    else if (name == "--warmup") o.warmup = r.integer(0, 1000);
-    else if (name == "--reps") o.reps = r.integer(1, 100000);
+    } else if (name == "--pool-gib") o.pool_gib = r.integer(1, 64);
     else r.unknown();
   }
   if (!gens.empty()) o.gens = gens;
-  if (o.shape.h_q % o.shape.h_kv != 0 || o.shape.h_q / o.shape.h_kv > 16)
-    r.bad("--h-q", std::to_string(o.shape.h_q),
-          "must be a multiple of --h-kv " + std::to_string(o.shape.h_kv) + " with group <= 16");
+  check_bench_group(r, o.shape);
   return o;
 }
 

@@ -87,6 +87,7 @@ LayerOptions parse(const std::vector<std::string>& args) {
   while (r.next_option()) {
     const std::string& name = r.name();
     if (name == "-h" || name == "--help") r.no_value(), o.help = true;
+    else if (read_bench_option(r, o.shape, o.seed, o.warmup, o.reps, 256)) continue;
     else if (name == "--seq") {
       const int s = r.integer(1, 1 << 22);
       o.cases.push_back({"prefill S=" + std::to_string(s), {{s, s}}});
@@ -96,20 +97,12 @@ LayerOptions parse(const std::vector<std::string>& args) {
       if (v.size() != 3) r.bad(name, std::to_string(v.size()) + " numbers", "expected B,L,Q");
       if (v[2] > 16 || v[2] > v[1]) r.bad(name, std::to_string(v[2]), "Q must be 1..16 and <= L");
       o.cases.push_back(decode_case(v[0], v[1], v[2]));
-    } else if (name == "--h-q") o.shape.h_q = r.integer(1, 1024);
-    else if (name == "--h-kv") o.shape.h_kv = r.integer(1, 256);
-    else if (name == "--topk") o.shape.topk = r.integer(1, 32);
-    else if (name == "--page-size") {
+    } else if (name == "--page-size") {
       o.page_size = r.page_size();
       if (o.page_size == 0) r.bad(name, "0", "the benchmark uses paged K/V");
-    } else if (name == "--seed") o.seed = r.u64();
-    else if (name == "--warmup") o.warmup = r.integer(0, 1000);
-    else if (name == "--reps") o.reps = r.integer(1, 100000);
-    else r.unknown();
+    } else r.unknown();
   }
-  if (o.shape.h_q % o.shape.h_kv != 0 || o.shape.h_q / o.shape.h_kv > 16)
-    r.bad("--h-q", std::to_string(o.shape.h_q),
-          "must be a multiple of --h-kv " + std::to_string(o.shape.h_kv) + " with group <= 16");
+  check_bench_group(r, o.shape);
   return o;
 }
 
