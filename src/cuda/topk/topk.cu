@@ -58,9 +58,10 @@ __device__ __forceinline__ std::uint64_t warp_sort_descending(std::uint64_t x, i
 #pragma unroll
     for (int j = k >> 1; j > 0; j >>= 1) {
       const std::uint64_t y = __shfl_xor_sync(kAll, x, j);
-      // In a descending run (lane & k == 0) the lower lane of a pair keeps the larger key.
+      // In a descending run (lane & k == 0) the lower lane of a pair keeps the larger key. Keys
+      // are unique but for the empty 0, so one comparison says which of the two to keep.
       const bool keep_larger = ((lane & j) == 0) == ((lane & k) == 0);
-      x = keep_larger ? (x > y ? x : y) : (x < y ? x : y);
+      x = (y > x) == keep_larger ? y : x;
     }
   }
   return x;
