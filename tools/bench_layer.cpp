@@ -214,6 +214,26 @@ CaseResult bench_case(const LayerOptions& o, const LayerCase& c) {
   SparseDecode decode(s, cuda);
   const std::int64_t batch_size = static_cast<std::int64_t>(c.requests.size());
 
+  // The attention's arguments, the same for every call.
+  const TensorView q_view = TensorView::contiguous(q.ptr, DType::kBF16, {total_q, s.h_q, s.d}, Device::kCuda);
+  const TensorView out_view = TensorView::contiguous(out.ptr, DType::kBF16, {total_q, s.h_q, s.d}, Device::kCuda);
+  const TensorView lse_view = TensorView::contiguous(lse.ptr, DType::kFP32, {total_q, s.h_q}, Device::kCuda);
+  DecodeArgs da;
+  da.q = q_view;
+  da.kv = kv;
+  da.seq_len = batch.k_len;
+  da.topk = topk_qm;
+  da.q_per_request = c.q_per_request;
+  da.out = out_view;
+  da.lse = lse_view;
+  PrefillArgs pa;
+  pa.q = q_view;
+  pa.kv = kv;
+  pa.batch = batch;
+  pa.topk = ta.topk;
+  pa.out = out_view;
+  pa.lse = lse_view;
+
   // One layer call on `stream`, with events[i] recorded before stage i (and after the last).
   const auto layer = [&](cudaStream_t stream, cudaEvent_t* events) {
     const auto mark = [&](int i) {
@@ -227,25 +247,10 @@ CaseResult bench_case(const LayerOptions& o, const LayerCase& c) {
     if (c.decode) {
       decode.plan(batch_size, c.q_per_request, max_k, stream);
       mark(3);
-      DecodeArgs da;
-      da.q = TensorView::contiguous(q.ptr, DType::kBF16, {total_q, s.h_q, s.d}, Device::kCuda);
-      da.kv = kv;
-      da.seq_len = batch.k_len;
-      da.topk = topk_qm;
-      da.q_per_request = c.q_per_request;
-      da.out = TensorView::contiguous(out.ptr, DType::kBF16, {total_q, s.h_q, s.d}, Device::kCuda);
-      da.lse = TensorView::contiguous(lse.ptr, DType::kFP32, {total_q, s.h_q}, Device::kCuda);
       decode.run(da, stream);
     } else {
       prefill.plan(batch, ta.topk, max_k, stream);
       mark(3);
-      PrefillArgs pa;
-      pa.q = TensorView::contiguous(q.ptr, DType::kBF16, {total_q, s.h_q, s.d}, Device::kCuda);
-      pa.kv = kv;
-      pa.batch = batch;
-      pa.topk = ta.topk;
-      pa.out = TensorView::contiguous(out.ptr, DType::kBF16, {total_q, s.h_q, s.d}, Device::kCuda);
-      pa.lse = TensorView::contiguous(lse.ptr, DType::kFP32, {total_q, s.h_q}, Device::kCuda);
       prefill.run(pa, stream);
     }
     mark(kStages);

@@ -73,6 +73,13 @@ def empty(like, shape, dtype: str, name: str):
                     "or PyTorch tensors)") from None
 
 
+def same_kind(buf, like, shape, dtype: str) -> bool:
+    """True when buf (None: False) is an array of like's library and device with this shape and
+    dtype: a buffer a wrapper can keep from one plan() to the next."""
+    return (type(buf) is type(like) and tuple(buf.shape) == tuple(shape) and dtype_name(buf.dtype) == dtype
+            and buf.__dlpack_device__() == like.__dlpack_device__())
+
+
 def stream_of(stream, *arrays) -> int:
     """The CUDA stream handle to run on: the given one (an int handle or an object with
     ``cuda_stream``), else PyTorch's current stream when an array is a CUDA torch tensor, else 0."""

@@ -15,7 +15,7 @@ The scores stay in a buffer of the wrapper (``scores``) for callers who want the
 from __future__ import annotations
 
 from . import _msa
-from ._arrays import dtype_name, empty, error, is_cuda, library_of, on_device_of, renamed, stream_of
+from ._arrays import dtype_name, empty, error, is_cuda, library_of, on_device_of, renamed, same_kind, stream_of
 
 _HEAD_DIM = 128
 _BLOCK = 128
@@ -38,11 +38,6 @@ def _int32_array(name: str, a, ndim: int):
     if len(a.shape) != ndim or dtype_name(a.dtype) != "int32":
         raise error(name, f"{dtype_name(a.dtype)} of shape {tuple(a.shape)}", f"must be a {ndim}-D int32 array")
     return a
-
-
-def _same_kind(buf, like, shape, dtype: str) -> bool:
-    return (buf is not None and type(buf) is type(like) and tuple(buf.shape) == tuple(shape)
-            and dtype_name(buf.dtype) == dtype and buf.__dlpack_device__() == like.__dlpack_device__())
 
 
 def _copy_into(dst, src) -> None:
@@ -84,9 +79,9 @@ class _IndexerWrapper:
             self._ops = (_msa.Indexer(heads, _HEAD_DIM, 1.0, backend, False),
                          _msa.TopK(self._topk, backend, False, self._ranking))
             self._ops_key = key
-        if not _same_kind(self.scores, like, (heads, rows, cols), "float32"):
+        if not same_kind(self.scores, like, (heads, rows, cols), "float32"):
             self.scores = empty(like, (heads, rows, cols), "float32", "scores")
-        if not _same_kind(self._topk_out, like, (heads, rows, self._topk), "int32"):
+        if not same_kind(self._topk_out, like, (heads, rows, self._topk), "int32"):
             self._topk_out = empty(like, (heads, rows, self._topk), "int32", "out")
 
     def _select(self, q, k_cache, page_table, out):
@@ -156,7 +151,7 @@ class BatchPrefillIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
             if max(k_lens) > max_k:
                 raise error("max_seqlen_k", max_k, f"must be >= the longest request {max(k_lens)}")
         self._cu_seqlens_q, self._cu_seqlens_k, self._page_table = cu_q, cu_k, table
-        if not _same_kind(self._k_len, cu_k, (batch,), "int32"):
+        if not same_kind(self._k_len, cu_k, (batch,), "int32"):
             self._k_len = empty(cu_k, (batch,), "int32", "cu_seqlens_k")
         self._prepare(table, heads, rows, (max_k + _BLOCK - 1) // _BLOCK)
         self._rows, self._heads = rows, heads
@@ -200,6 +195,7 @@ class BatchDecodeIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
             _int32_array("page_table_buffer", page_table_buffer, 2)
             _int32_array("seq_lens_buffer", seq_lens_buffer, 1)
         self._graph_buffers = (page_table_buffer, seq_lens_buffer) if use_cuda_graph else None
+        self._batch = self._q_len = self._heads = None
 
     @staticmethod
     def workspace_size(batch_size: int) -> int:
@@ -241,21 +237,15 @@ class BatchDecodeIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
                 _copy_into(lens_buf, lens)
             table, lens = table_buf, lens_buf
         # The step as a varlen batch: request b owns rows [b Q, (b + 1) Q) and k_len = seq_lens[b].
-        if not _same_kind(self._cu_seqlens_q, lens, (batch + 1,), "int32") or self._q_len_planned != q_len:
-            cu = empty(lens, (batch + 1,), "int32", "seq_lens")
+        if not same_kind(self._cu_seqlens_q, lens, (batch + 1,), "int32") or self._q_len != q_len:
             xp = library_of(lens, "seq_lens")
-            if xp.__name__ == "torch":
-                cu.copy_(xp.arange(0, (batch + 1) * q_len, q_len, dtype=xp.int32))
-            else:
-                cu[...] = xp.arange(0, (batch + 1) * q_len, q_len, dtype="int32")
-            self._cu_seqlens_q = cu
-            self._q_len_planned = q_len
+            on = {"device": lens.device} if xp.__name__ == "torch" else {}  # CuPy: the current device
+            self._cu_seqlens_q = xp.arange(0, (batch + 1) * q_len, q_len, dtype=xp.int32, **on)
+            self._q_len = q_len  # the step of _cu_seqlens_q
         self._k_len, self._page_table = lens, table
         self._prepare(table, heads, batch * q_len, max_pages)
         self._batch, self._q_len, self._heads = batch, q_len, heads
         self._planned = True
-
-    _q_len_planned = None
 
     def run(self, q, paged_k_cache, *, out=None):
         """``q [B, Q, num_index_heads, 128]`` (bf16 or fp16) against ``paged_k_cache [num_pages,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from . import _msa
-from ._arrays import dtype_name, empty, error, is_cuda, library_of, on_device_of, renamed, stream_of
+from ._arrays import dtype_name, empty, error, is_cuda, library_of, on_device_of, renamed, same_kind, stream_of
 
 # The C++ layer's argument names, as the wrapper's caller spells them.
 _PREFILL_NAMES = {
@@ -130,9 +130,9 @@ class _Wrapper:
         if like is None:
             self._out = self._lse = None
             return
-        if self._out is None or not _same_kind(self._out, like, (rows, h_q, d), q_type):
+        if not same_kind(self._out, like, (rows, h_q, d), q_type):
             self._out = empty(like, (rows, h_q, d), q_type, "out")
-        if self._lse is None or not _same_kind(self._lse, like, (rows, h_q), "float32"):
+        if not same_kind(self._lse, like, (rows, h_q), "float32"):
             self._lse = empty(like, (rows, h_q), "float32", "lse")
 
     def _kv_pair(self, paged_kv_cache, paged: bool):
@@ -173,11 +173,6 @@ class _Wrapper:
         if self._op is None:
             raise error("plan", "none", "call plan() first")
         return self._workspace_needed
-
-
-def _same_kind(buf, like, shape, dtype: str) -> bool:
-    return (type(buf) is type(like) and tuple(buf.shape) == tuple(shape) and dtype_name(buf.dtype) == dtype
-            and buf.__dlpack_device__() == like.__dlpack_device__())
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
@@ -274,7 +269,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
             # k_len lives in a buffer of the wrapper, rewritten in place by each plan(): a run()
             # captured in a graph keeps reading the current lengths.
             xp = library_of(cu_seqlens_k, "cu_seqlens_k")
-            if self._k_len is None or not _same_kind(self._k_len, cu_seqlens_k, (batch,), "int32"):
+            if not same_kind(self._k_len, cu_seqlens_k, (batch,), "int32"):
                 self._k_len = empty(cu_seqlens_k, (batch,), "int32", "cu_seqlens_k")
             xp.subtract(cu_seqlens_k[1:], cu_seqlens_k[:-1], out=self._k_len)
             with on_device_of(topk_indices):
