@@ -9,9 +9,11 @@
 namespace msa {
 
 struct IndexerArgs {
-  TensorView index_q;  // [total_q, h_i, d] bf16 | fp16 (decode: [B, Q, h_i, d] viewed as rows)
-  KvCache index_k;     // k only: paged [num_pages, 1, page_size, d] or flat [total_k, 1, d];
-                       // v absent
+  TensorView index_q;  // [total_q, h_i, d] bf16 | fp16 | fp8_e4m3 (decode: [B, Q, h_i, d] viewed
+                       // as rows). FP8 E4M3 (MSA's q8kv8): the scores are the dot products of
+                       // the E4M3 values as they are (no descale factors), times scale
+  KvCache index_k;     // k only, index_q's dtype: paged [num_pages, 1, page_size, d] or flat
+                       // [total_k, 1, d]; v absent
   VarlenBatch batch;
   TensorView scores;   // [h_i, total_q, max_cols] fp32, max_cols >= ceil(max k_len / 128)
                        // (written; blocks with no visible token hold -inf)

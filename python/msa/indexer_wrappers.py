@@ -166,8 +166,9 @@ class BatchPrefillIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
         self._planned = True
 
     def run(self, q, paged_k_cache, *, out=None):
-        """``q [total_q, num_index_heads, 128]`` (bf16 or fp16) against ``paged_k_cache
-        [num_pages, 1, page_size, 128]`` (same dtype; pages of 16-128 tokens). Returns the top-k
+        """``q [total_q, num_index_heads, 128]`` (bf16, fp16 or float8_e4m3fn, MSA's q8kv8)
+        against ``paged_k_cache [num_pages, 1, page_size, 128]`` (same dtype; pages of 16-128
+        tokens). Returns the top-k
         block ids ``[num_index_heads, total_q, topk]`` int32: ``out`` when given, else the
         wrapper's buffer (rewritten by the next run())."""
         return self._select(q, paged_k_cache, self._page_table, out)
@@ -248,8 +249,8 @@ class BatchDecodeIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
         self._planned = True
 
     def run(self, q, paged_k_cache, *, out=None):
-        """``q [B, Q, num_index_heads, 128]`` (bf16 or fp16) against ``paged_k_cache [num_pages,
-        page_size, 128]`` (same dtype; pages of 16-128 tokens). Returns the top-k block ids
+        """``q [B, Q, num_index_heads, 128]`` (bf16, fp16 or float8_e4m3fn, MSA's q8kv8) against
+        ``paged_k_cache [num_pages, page_size, 128]`` (same dtype; pages of 16-128 tokens). Returns the top-k block ids
         ``[num_index_heads, B * Q, topk]`` int32: ``out`` when given, else the wrapper's buffer."""
         if not self._planned:
             raise error("plan", "none", "call plan() before run()")

@@ -29,7 +29,9 @@ class Indexer:
         ``scale`` times the best dot product of ``index_q [total_q, h_i, d]`` with the block's
         index keys visible to the query (bottom-right causal), ``-inf`` where none is. The index
         keys are one head shared by every index head: paged ``[num_pages, 1, page_size, d]`` with
-        ``page_table``, or flat ``[total_k, 1, d]`` with ``cu_seqlens_k``."""
+        ``page_table``, or flat ``[total_k, 1, d]`` with ``cu_seqlens_k``. Queries and keys share a
+        dtype: bf16, fp16 or ``float8_e4m3fn`` (MSA's q8kv8: the E4M3 values as they are, no
+        descale; on the GPU e4m3 tensor-core products, docs/numerics.md)."""
         with on_device_of(index_q):
             self._op.run(index_q, index_k, scores, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
                          stream_of(stream, index_q, scores))

@@ -22,7 +22,7 @@ DType dtype_of(const nb::dlpack::dtype& t, const std::string& name) {
   throw Error(name + ".dtype",
               "DLPack code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " +
                   std::to_string(t.lanes) + " lanes",
-              "msa takes bfloat16, float16, float32, int32 and float8_e4m3fn (K/V caches) tensors");
+              "msa takes bfloat16, float16, float32, int32 and float8_e4m3fn (K/V caches, index tensors) tensors");
 }
 
 Device device_of(int device_type, const std::string& name) {

@@ -1,6 +1,7 @@
 """The MSA indexer wrappers (BatchPrefillIndexerWithPagedKVCacheWrapper,
 BatchDecodeIndexerWithPagedKVCacheWrapper) on NumPy arrays (CPU backend) and, when PyTorch and a
-GPU are there, on CUDA tensors, including a captured CUDA graph replayed after new lengths:
+GPU are there, on CUDA tensors, including a captured CUDA graph replayed after new lengths and
+FP8 E4M3 queries and keys (MSA's q8kv8) on both backends:
 their scores against the NumPy oracle of spec §5 (raw dot products, no scale), their top-k ids
 against the exact oracle on those scores, the quantised ranking against MSA's formula, the
 selection feeding the attention wrapper, and errors naming the caller's argument."""
@@ -42,11 +43,11 @@ def prefill_case(seed, heads=4, page=64):
     return q, k_flat, cache, table, cu_q, cu_k
 
 
-def check_scores(got, want):
+def check_scores(got, want, tol=2e-4):
     assert np.array_equal(np.isinf(got), np.isinf(want)) and not np.isnan(got).any()
     finite = np.isfinite(want)
     assert finite.sum() > 100
-    assert np.all(np.abs(got[finite] - want[finite]) <= 2e-4 * np.maximum(1, np.abs(want[finite])))
+    assert np.all(np.abs(got[finite] - want[finite]) <= tol * np.maximum(1, np.abs(want[finite])))
 
 
 def prefill_plan(wrapper, cu_q, cu_k, table, heads):
@@ -224,3 +225,32 @@ def test_decode_wrapper_graph_replays_new_lengths():
         scores = w.scores.cpu().numpy()
         assert np.array_equal(out.cpu().numpy(), reference_topk(scores, [(q_len, L) for L in step_lens], 16))
         assert int((out.cpu().numpy()[:, :q_len] >= 0).sum()) > 0
+
+
+@needs_gpu
+def test_decode_wrapper_fp8_e4m3_on_both_backends():
+    """MSA's q8kv8 decode selection: E4M3 queries and keys, scores the raw dot products of the E4M3
+    values (the oracle reads the same values widened to float64; the GPU's e4m3 tensor cores
+    accumulate with fewer bits, docs/numerics.md), ids exact on each backend's own scores."""
+    rng = np.random.default_rng(41)
+    seq_lens, q_len, heads, page = [7000, 300, 2100, 9], 8, 4, 64
+    requests = [(q_len, L) for L in seq_lens]
+    e4m3 = torch.float8_e4m3fn
+    k_flat = torch.from_numpy(rng.standard_normal((sum(seq_lens), 1, 128)) * 0.25).to(e4m3)
+    cache, table = paged(k_flat.float().numpy(), requests, page, 42)
+    cache = torch.from_numpy(cache[:, 0]).to(e4m3)  # exact: the values are E4M3 already
+    q = torch.from_numpy(rng.standard_normal((len(seq_lens), q_len, heads, 128)) * 0.25).to(e4m3)
+    lens = np.array(seq_lens, np.int32)
+    _, cu_k, _ = batch(requests)
+    cols = (max(seq_lens) + BLOCK - 1) // BLOCK
+    want = reference_scores(q.float().numpy().reshape(-1, heads, 128), k_flat.float().numpy(), requests, cu_k, 1.0,
+                            cols)
+    for device, tol in (("cpu", 2e-4), ("cuda", 2e-3)):
+        w = msa.BatchDecodeIndexerWithPagedKVCacheWrapper()
+        w.plan(torch.from_numpy(table).to(device), torch.from_numpy(lens).to(device), num_index_heads=heads,
+               query_length=q_len)
+        ids = w.run(q.to(device), cache.to(device))
+        torch.cuda.synchronize()
+        scores = w.scores.cpu().numpy()
+        check_scores(scores[:, :, :cols], want, tol)
+        assert np.array_equal(ids.cpu().numpy(), reference_topk(scores, requests, 16))

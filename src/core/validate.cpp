@@ -319,7 +319,14 @@ BatchInfo validate_decode(const AttentionShape& shape, const DecodeArgs& args,
 }
 
 BatchInfo validate_indexer(int h_i, int d, const IndexerArgs& args, Device device) {
-  check_half_tensor(args.index_q, "index_q", device, 3);
+  // Index queries and keys in one dtype: bf16, fp16, or FP8 E4M3 (MSA's q8kv8 indexers; scores
+  // are the raw FP32 dot products of the E4M3 values, no descale factors).
+  const TensorView& iq = args.index_q;
+  check_present(iq, "index_q");
+  check_device(iq, "index_q", device);
+  MSA_REQUIRE(iq.dtype == DType::kBF16 || iq.dtype == DType::kFP16 || iq.dtype == DType::kFP8E4M3, "index_q.dtype",
+              to_string(iq.dtype), "expected bf16, fp16 or fp8_e4m3");
+  check_rank(iq, "index_q", 3);
   const BatchInfo info = batch_on(args.batch, device, args.index_q.dim(0));
   check_half_shape(args.index_q, "index_q", {info.total_q, h_i, d});
   validate_kv(args.index_k, info, 1, d, args.index_q.dtype, device, false, "index_k.");

@@ -1,4 +1,4 @@
-// Indexer scores against a brute force that walks keys in the outer loop; exact top-k against a
+// Indexer scores (bf16, fp16, FP8 E4M3) against a brute force that walks keys in the outer loop; exact top-k against a
 // full sort, ties and n <= K rows included; the quantised ranking against MSA's 32-bit key
 // written out here, and on a row where the two rankings must disagree.
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench/workload.h"
@@ -31,10 +32,17 @@ void check_indexer(int page_size, DType dtype, std::uint64_t seed) {
   spec.shape.topk = 8;
   spec.h_i = 2;
   spec.page_size = page_size;
-  spec.dtype = dtype;
+  spec.dtype = dtype == DType::kFP8E4M3 ? DType::kBF16 : dtype;
   spec.seed = seed;
   spec.requests = {{70, 1000}, {0, 200}, {1, 1}, {30, 300}, {5, 133}};
-  const Workload w = msa::bench::make_workload(spec);
+  Workload w = msa::bench::make_workload(spec);
+  if (dtype == DType::kFP8E4M3) {  // FP8 E4M3 index queries and keys, rounded from the bf16 ones
+    for (HostTensor* t : {&w.index_q, &w.index_k}) {
+      HostTensor e4m3(DType::kFP8E4M3, t->shape());
+      for (std::int64_t i = 0; i < t->numel(); ++i) e4m3.set(i, t->get(i));
+      *t = std::move(e4m3);
+    }
+  }
   const int h_i = spec.h_i, d = spec.shape.d;
   const std::int64_t cols = 10, pitch = cols + 3;  // >= ceil(1000 / 128) = 8 columns
   HostTensor storage(DType::kFP32, {h_i, w.total_q, pitch});
@@ -91,6 +99,7 @@ TEST(ReferenceIndexer, MatchesKeyMajorBruteForce) {
   check_indexer(32, DType::kBF16, 201);
   check_indexer(128, DType::kFP16, 202);
   check_indexer(0, DType::kBF16, 203);
+  check_indexer(64, DType::kFP8E4M3, 204);
 }
 
 // The top-k rule as a full sort: (NaN last, score descending, id ascending).

@@ -2,13 +2,15 @@
 // spec §7's 2e-4 * max(1, |ref|) and -inf in the same places: varlen chunked batches with empty
 // and one-token requests, lengths off the block and page grid, page sizes 16-128 and flat
 // caches, NaN in the stale cache slots past k_len, h_i 1..16 (3: tiles of 85 queries), fp16,
-// padded score rows and index-query strides, the decode form, rows of 6000 tokens; bitwise
-// reproducibility, a CUDA graph replayed with new lengths and queries, invisible tokens on
+// padded score rows and index-query strides, the decode form, rows of 6000 tokens; FP8 E4M3
+// index queries and keys (e4m3 WGMMAs) in both forms, against the twin on the same E4M3 values;
+// bitwise reproducibility, a CUDA graph replayed with new lengths and queries, invisible tokens on
 // out-of-range pages, and strict mode's page-table check before anything is written.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -31,17 +33,27 @@ using msa::bench::WorkloadSpec;
 using msa::test::DeviceTensor;
 
 constexpr msa::bench::Tolerance kScoreTolerance{2e-4, 2e-4, 0.9999};
+// FP8 E4M3 index queries and keys: the products are exact, but Hopper's e4m3 WGMMA adds them
+// with fewer accumulator bits than FP32 (docs/numerics.md, "FP8 index keys").
+constexpr msa::bench::Tolerance kFp8ScoreTolerance{2e-3, 2e-3, 0.9999};
 
 struct Case {
   std::vector<Request> requests;
   int h_i = 4;
   int page_size = 64;  // 0: flat
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // bf16 | fp16 | fp8_e4m3 (index queries and keys both)
   int extra_cols = 0;  // score columns past ceil(max k_len / 128)
   int pitch_pad = 0;   // padding after each score row
   int head_pad = 0;    // index_q head stride d + head_pad
   std::uint64_t seed = 1;
 };
+
+// An E4M3 copy of t (satfinite; NaN stays NaN, code 0x7f).
+HostTensor fp8_copy(const HostTensor& t) {
+  HostTensor out(DType::kFP8E4M3, t.shape());
+  for (std::int64_t i = 0; i < t.numel(); ++i) out.set(i, t.get(i));
+  return out;
+}
 
 Workload make(const Case& c) {
   WorkloadSpec spec;
@@ -50,7 +62,8 @@ Workload make(const Case& c) {
   spec.shape.topk = 1;
   spec.h_i = c.h_i;
   spec.page_size = c.page_size;
-  spec.dtype = c.dtype;
+  const bool fp8 = c.dtype == DType::kFP8E4M3;
+  spec.dtype = fp8 ? DType::kBF16 : c.dtype;  // FP8 index tensors: rounded from bf16 ones below
   spec.seed = c.seed;
   spec.requests = c.requests;
   Workload w = msa::bench::make_workload(spec);
@@ -62,6 +75,10 @@ Workload make(const Case& c) {
         const std::int64_t page = w.page_table.data<std::int32_t>()[std::int64_t(b) * max_pages + t / ps];
         for (std::int64_t i = 0; i < 128; ++i) w.index_k.data<std::uint16_t>()[(page * ps + t % ps) * 128 + i] = 0x7FC0;
       }
+  }
+  if (fp8) {
+    w.index_q = fp8_copy(w.index_q);
+    w.index_k = fp8_copy(w.index_k);
   }
   return w;
 }
@@ -75,10 +92,11 @@ std::int64_t needed_cols(const std::vector<Request>& requests) {
 // index_q [total_q, h_i, d] copied into storage whose head stride is d + pad.
 HostTensor padded_index_q(const Workload& w, int h_i, int pad, msa::TensorView& view) {
   const std::int64_t hs = 128 + pad;
+  const auto bytes = static_cast<std::int64_t>(msa::dtype_size(w.index_q.dtype()));
   HostTensor storage(w.index_q.dtype(), {w.total_q, h_i, hs});
   for (std::int64_t r = 0; r < w.total_q * h_i; ++r)
-    std::memcpy(static_cast<std::uint16_t*>(storage.raw()) + r * hs, static_cast<const std::uint16_t*>(w.index_q.raw()) + r * 128,
-                256);
+    std::memcpy(static_cast<std::uint8_t*>(storage.raw()) + r * hs * bytes,
+                static_cast<const std::uint8_t*>(w.index_q.raw()) + r * 128 * bytes, static_cast<std::size_t>(128 * bytes));
   view = msa::TensorView::strided(storage.raw(), w.index_q.dtype(), {w.total_q, h_i, 128}, {h_i * hs, hs, 1});
   return storage;
 }
@@ -161,7 +179,13 @@ void check_case(const Case& c) {
   const std::int64_t cols = needed_cols(c.requests) + c.extra_cols;
   const HostTensor ref = cpu_scores(w, c.h_i, cols);
   const HostTensor got = run_cuda(w, c, cols);
-  EXPECT_TRUE(msa::test::close(got, ref, kScoreTolerance));
+  if (c.dtype == DType::kFP8E4M3) {  // the measured error, for docs/numerics.md
+    std::printf("fp8 index scores (seed %llu): %s\n", static_cast<unsigned long long>(c.seed),
+                msa::bench::compare(got, ref, kFp8ScoreTolerance).summary().c_str());
+    EXPECT_TRUE(msa::test::close(got, ref, kFp8ScoreTolerance));
+  } else {
+    EXPECT_TRUE(msa::test::close(got, ref, kScoreTolerance));
+  }
 }
 
 const std::vector<Request> kChunked = {{70, 1000}, {0, 200}, {1, 1}, {300, 300}, {5, 133}, {260, 2000}, {1, 4096}};
@@ -193,16 +217,42 @@ TEST(IndexerCuda, DecodeFormAndLongRows) {
   check_case({.requests = {{6000, 6000}}, .page_size = 64, .seed = 43});
 }
 
+// FP8 E4M3 index queries and keys (MSA's q8kv8): the prefill form on every page size and flat,
+// index heads 1-16, strided queries, and the decode form, against the CPU twin reading the same
+// E4M3 values.
+TEST(IndexerCuda, Fp8E4m3IndexQueriesAndKeys) {
+  MSA_SKIP_WITHOUT_GPU();
+  for (const int ps : {16, 64, 128, 0}) {
+    SCOPED_TRACE(testing::Message() << "page " << ps);
+    check_case({.requests = kChunked, .page_size = ps, .dtype = DType::kFP8E4M3, .seed = 110u + ps});
+  }
+  for (const int h_i : {1, 3, 16}) {
+    SCOPED_TRACE(testing::Message() << "h_i " << h_i);
+    check_case({.requests = kChunked, .h_i = h_i, .page_size = 32, .dtype = DType::kFP8E4M3, .seed = 120u + h_i});
+  }
+  check_case({.requests = kChunked, .dtype = DType::kFP8E4M3, .extra_cols = 5, .pitch_pad = 2, .head_pad = 16,
+              .seed = 131});
+  // The decode form: B requests of Q = 8 at the ends of their sequences, one and four heads.
+  const std::vector<Request> decode = {{8, 8}, {8, 129}, {8, 5000}, {8, 1023}, {8, 20000}, {8, 64}};
+  check_case({.requests = decode, .h_i = 1, .page_size = 128, .dtype = DType::kFP8E4M3, .seed = 141});
+  check_case({.requests = decode, .h_i = 4, .page_size = 64, .dtype = DType::kFP8E4M3, .seed = 142});
+  // One long prefill: several units per tile.
+  check_case({.requests = {{3000, 6000}}, .page_size = 128, .dtype = DType::kFP8E4M3, .seed = 143});
+}
+
 TEST(IndexerCuda, BitwiseReproducible) {
   MSA_SKIP_WITHOUT_GPU();
-  const Case c{.requests = kChunked, .page_size = 64, .seed = 51};
-  const Workload w = make(c);
-  const std::int64_t cols = needed_cols(c.requests);
-  HostTensor a_storage, b_storage;
-  run_cuda(w, c, cols, &a_storage);
-  run_cuda(w, c, cols, &b_storage);
-  ASSERT_EQ(a_storage.bytes(), b_storage.bytes());
-  EXPECT_EQ(std::memcmp(a_storage.raw(), b_storage.raw(), a_storage.bytes()), 0);
+  for (const DType dtype : {DType::kBF16, DType::kFP8E4M3}) {
+    SCOPED_TRACE(msa::dtype_name(dtype));
+    const Case c{.requests = kChunked, .page_size = 64, .dtype = dtype, .seed = 51};
+    const Workload w = make(c);
+    const std::int64_t cols = needed_cols(c.requests);
+    HostTensor a_storage, b_storage;
+    run_cuda(w, c, cols, &a_storage);
+    run_cuda(w, c, cols, &b_storage);
+    ASSERT_EQ(a_storage.bytes(), b_storage.bytes());
+    EXPECT_EQ(std::memcmp(a_storage.raw(), b_storage.raw(), a_storage.bytes()), 0);
+  }
 }
 
 // run() captured once, replayed after new lengths and new index queries land in the same buffers.
@@ -304,6 +354,16 @@ TEST(IndexerCuda, EmptyBatchAndArgumentErrors) {
     FAIL() << "no msa::Error";
   } catch (const msa::Error& e) {
     EXPECT_NE(std::string(e.what()).find("h_i"), std::string::npos) << e.what();
+  }
+  try {  // FP8 index queries with bf16 keys: the keys' dtype is named
+    HostTensor q(DType::kFP8E4M3, {0, c.h_i, 128});
+    DeviceTensor d_q(q);
+    msa::IndexerArgs a = in.args(d_scores.view);
+    a.index_q = d_q.view;
+    op.run(a);
+    FAIL() << "no msa::Error";
+  } catch (const msa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index_k.k.dtype"), std::string::npos) << e.what();
   }
 }
 

@@ -65,7 +65,7 @@ void dispatch_indexer(DType dtype, F&& f) {
   MSA_INDEXER_INSTANCES(MSA_DISPATCH_CASE)
 #undef MSA_DISPATCH_CASE
   throw Error("index_q.dtype", to_string(dtype),
-              "no CUDA indexer instance: this build holds " MSA_BUILT_DTYPES " (MSA_CUDA_DTYPES)");
+              "no CUDA indexer instance: this build holds fp8_e4m3 and " MSA_BUILT_DTYPES " (MSA_CUDA_DTYPES)");
 }
 
 }  // namespace msa::cuda

@@ -7,6 +7,8 @@
 // the index-K cache at a time (two m64 WGMMA row tiles), then each row's maximum over the
 // block's visible tokens. K blocks stream through a TMA ring shared by both warpgroups; Q is
 // double-buffered so that the builders gather the next unit's rows while the consumers work.
+// Index dtypes: bf16, fp16, and FP8 E4M3 (queries and keys both, as MSA's q8kv8 indexers take
+// them), each computed in WGMMAs of its own type with FP32 accumulators.
 #pragma once
 
 #include <cstdint>
@@ -23,28 +25,58 @@ namespace msa::cuda::indexer_sm90 {
 
 using prefill_sm90::Barrier64;
 
+// The CuTe element the indexer computes in: the index dtype itself (FP8 E4M3 index queries and
+// keys meet in e4m3 WGMMAs, as MSA's q8kv8 indexers do; no widening).
+template <DType kDtype>
+struct IndexElement;
+template <>
+struct IndexElement<DType::kBF16> {
+  using type = cute::bfloat16_t;
+};
+template <>
+struct IndexElement<DType::kFP16> {
+  using type = cute::half_t;
+};
+template <>
+struct IndexElement<DType::kFP8E4M3> {
+  using type = cute::float_e4m3_t;
+};
+
 template <DType kDtype>
 struct Traits {
-  // The K block as the prefill kernels load it: [token, d] 128-byte-swizzled column halves.
+  using Element = typename IndexElement<kDtype>::type;
+  // How TMA lands a K block (the prefill's loader facts: 128-byte boxes, one per 64 16-bit or
+  // 128 FP8 columns, 128-byte swizzle), read by prefill_sm90::load_block.
   using Kv = prefill_sm90::Traits<kDtype, 128>;
-  using Element = typename Kv::Element;
   static constexpr int kHeadDim = 128;
   static constexpr int kBlockN = Kv::kBlockN;
   static constexpr int kWarpgroupRows = 128;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kTileRows = kConsumerWarpgroups * kWarpgroupRows;
   static_assert(kTileRows == kIndexerTileRows);
-  static constexpr int kStages = 3;    // K ring depth
+  // K ring depth: 3 blocks of 32 KB (16-bit); FP8 blocks are 16 KB, so twice as many fit, which
+  // the memory-bound decode form uses to keep more bytes in flight.
+  static constexpr int kStages = sizeof(Element) == 1 ? 6 : 3;
   static constexpr int kQBuffers = 2;  // Q tiles in flight (current unit, next unit)
+  static constexpr int kMmaK = 32 / static_cast<int>(sizeof(Element));  // WGMMA K: 16 (16-bit), 32 (FP8)
 
-  // S = Q K^T for one warpgroup's 128 rows: A = Q [row, d] and B = K [token, d], both K-major.
+  // S = Q K^T for one warpgroup's 128 rows: A = Q [row, d] and B = K [token, d], both K-major
+  // (the only major FP8 WGMMAs take).
   using Mma = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::_16>,
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<kMmaK>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::K>()));
   using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
                                                    cute::Shape<cute::Int<kWarpgroupRows>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutK = typename Kv::SmemLayoutK;
+  using SmemLayoutK = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                   cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
   static constexpr int kQElements = cute::cosize_v<SmemLayoutQ>;
+  static constexpr int kKElements = cute::cosize_v<SmemLayoutK>;
+  // The loader's boxes land where this layout reads: token t, box c at byte kv_load_offset(t, c).
+  static_assert(kKElements * sizeof(Element) == Kv::kBlockBytes);
+  static_assert(SmemLayoutK{}.layout_b()(8, 0) * sizeof(Element) == Kv::kv_load_offset(8, 0));
+  static_assert(Kv::kKvLoadBoxes == 1 ||
+                SmemLayoutK{}.layout_b()(0, Kv::kKvLoadCols) * sizeof(Element) == Kv::kv_load_offset(0, 1));
 };
 
 // One work unit: a tile and a range of score columns. Columns [col0, compute_end) are blocks
@@ -73,7 +105,7 @@ template <class T>
 struct Storage {
   using Element = typename T::Element;
   alignas(1024) Element q[T::kQBuffers][T::kConsumerWarpgroups][T::kQElements];  // [row, d] swizzled
-  alignas(1024) Element k[T::kStages][T::Kv::kKvElements];                        // [token, d] swizzled
+  alignas(1024) Element k[T::kStages][T::kKElements];                             // [token, d] swizzled
   Unit unit[T::kQBuffers];             // the unit of each Q buffer (written by the builders)
   std::uint32_t chunks[T::kStages];    // per K stage: block_chunks() of its block (valid pages)
   // k_full: TMA bytes landed   k_empty: 256 consumer arrivals
