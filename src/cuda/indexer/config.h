@@ -92,14 +92,16 @@ struct Unit {
   int col_end;      // end of the unit's columns
 };
 
-// Threads and registers as in the prefill kernels: warpgroup 0 is the producer (warp 0 loads K
-// blocks with TMA, warps 1-3 gather Q and write the -inf columns), warpgroups 1 and 2 are the
-// consumers.
+// Threads as in the prefill kernels: warpgroup 0 is the producer (warp 0 loads K blocks with
+// TMA, warps 1-3 gather Q and write the -inf columns), warpgroups 1 and 2 are the consumers.
 using prefill_sm90::kBuilderThreads;
-using prefill_sm90::kConsumerRegs;
 using prefill_sm90::kConsumerThreads;
-using prefill_sm90::kProducerRegs;
 using prefill_sm90::kThreads;
+// Registers after setmaxnreg, 2 x 128 x 216 + 128 x 72 = 64,512 of the SM's 65,536: the
+// consumers' 128 accumulators fit in 216 without spilling, and the loader keeps a warp's read
+// of page-table entries live across the blocks it covers (it spilled at 40 and at 56).
+constexpr int kConsumerRegs = 216;
+constexpr int kProducerRegs = 72;
 
 template <class T>
 struct Storage {

@@ -23,27 +23,70 @@
 namespace msa::cuda::indexer_sm90 {
 
 // Loader: every unit's computed blocks, in unit order, each into the next K stage with its
-// valid-page chunk mask. One warp.
+// valid-page chunk mask (prefill_sm90::block_chunks' rule) and its TMA boxes (load_block's
+// addressing). The page-table entries are read 32 at a time, one per lane, ahead of the blocks
+// that use them: a block then waits on no global load before its TMA is issued (reading its
+// entries block by block put two dependent loads in front of every TMA, which bounded the
+// memory-bound decode form at one block per SM and microsecond). One warp.
 template <class T>
 __device__ void loader(const IndexerParams& p, const IndexerTma& tma, Storage<T>& smem, std::int64_t total_tiles,
                        std::int64_t units) {
+  const prefill_sm90::AttentionParams& c = p.cache;
   const int lane = opaque_tid() % 32;
+  const bool paged = c.page_table != nullptr;
+  const int box_rows = tma.box_rows;                  // tokens per TMA box: page_size, or 128 (flat)
+  const int boxes = T::kBlockN / box_rows;            // boxes (pages) per block, 1..8
+  const int blocks_per_read = 32 / boxes;             // blocks whose entries one warp read covers
+  const int oob_page = static_cast<int>(min(c.num_pages, std::int64_t{INT32_MAX}));  // TMA zero-fills
   std::uint32_t use = 0;
   for (std::int64_t i = 0;; ++i) {
     const std::int64_t u = unit_of(i);
     if (u >= units) break;
     const Unit unit = find_unit(p, u, total_tiles, lane);
-    for (int col = unit.col0; col < unit.compute_end; ++col, ++use) {
-      const int s = prefill_sm90::stage_of(use, T::kStages);
-      Barrier64::wait(&smem.k_empty[s], prefill_sm90::parity_of(use, T::kStages) ^ 1u);
-      const int block_start = col * kBlockSize;
-      if (lane == 0) {
-        smem.chunks[s] = prefill_sm90::block_chunks(p.cache, unit.b, block_start, unit.k_len);
-        Barrier64::arrive_and_expect_tx(&smem.k_full[s], T::Kv::kBlockBytes);
+    const std::int64_t table_row = std::int64_t{unit.b} * c.stride_page_table;
+    const int flat_token0 = paged ? 0 : c.cu_seqlens_k[unit.b];
+    for (int col0 = unit.col0; col0 < unit.compute_end; col0 += blocks_per_read) {
+      // Lane l: box l % boxes of block col0 + l / boxes. Its page: the entry, or out of bounds
+      // past k_len and past the table; valid: inside the table and [0, num_pages), or past k_len.
+      const std::int64_t logical = std::int64_t{col0 + lane / boxes} * kBlockSize + (lane % boxes) * box_rows;
+      int page = 0;
+      bool valid = true;
+      if (paged) {
+        const std::int64_t entry_col = logical / box_rows;
+        const bool past = logical >= unit.k_len;
+        const bool listed = !past && entry_col < c.page_table_cols && col0 + lane / boxes < unit.compute_end;
+        page = listed ? c.page_table[table_row + entry_col] : oob_page;
+        valid = past || (listed && page >= 0 && page < c.num_pages);
       }
-      __syncwarp();
-      prefill_sm90::load_block<typename T::Kv>(p.cache, &tma.k, tma.box_rows, 0, unit.b, block_start, unit.k_len,
-                                               smem.k[s], &smem.k_full[s], lane);
+      const std::uint32_t valid_boxes = __ballot_sync(0xffffffffu, valid);
+      const int n = min(blocks_per_read, unit.compute_end - col0);
+      for (int j = 0; j < n; ++j, ++use) {
+        const int s = prefill_sm90::stage_of(use, T::kStages);
+        Barrier64::wait(&smem.k_empty[s], prefill_sm90::parity_of(use, T::kStages) ^ 1u);
+        if (lane == 0) {
+          // Bit b of the block's boxes -> its box_rows / 16 chunk bits.
+          const std::uint32_t bits = (valid_boxes >> (j * boxes)) & ((1u << boxes) - 1u);
+          const int per_box = box_rows / 16;
+          std::uint32_t chunks = 0;
+          for (int b = 0; b < boxes; ++b)
+            if ((bits >> b) & 1u) chunks |= ((1u << per_box) - 1u) << (b * per_box);
+          smem.chunks[s] = chunks;
+          Barrier64::arrive_and_expect_tx(&smem.k_full[s], T::Kv::kBlockBytes);
+        }
+        __syncwarp();
+        const int box_page = __shfl_sync(0xffffffffu, page, (j * boxes + lane) % 32);
+        if (lane < boxes) {
+          const int t0 = lane * box_rows;
+          const int token = paged ? 0 : flat_token0 + (col0 + j) * kBlockSize;
+          auto* bytes = reinterpret_cast<std::uint8_t*>(smem.k[s]);
+#pragma unroll
+          for (int b = 0; b < T::Kv::kKvLoadBoxes; ++b)
+            cute::SM90_TMA_LOAD_4D::copy(&tma.k, &smem.k_full[s],
+                                         static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                         bytes + T::Kv::kv_load_offset(t0, b), b * T::Kv::kKvLoadCols, token, 0,
+                                         paged ? box_page : 0);
+        }
+      }
     }
   }
 }
