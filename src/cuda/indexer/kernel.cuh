@@ -26,8 +26,8 @@ namespace msa::cuda::indexer_sm90 {
 // valid-page chunk mask (prefill_sm90::block_chunks' rule) and its TMA boxes (load_block's
 // addressing). The page-table entries are read 32 at a time, one per lane, ahead of the blocks
 // that use them: a block then waits on no global load before its TMA is issued (reading its
-// entries block by block put two dependent loads in front of every TMA, which bounded the
-// memory-bound decode form at one block per SM and microsecond). One warp.
+// entries block by block put two dependent loads in front of every TMA; removing them made the
+// prefill form 3-4% faster, docs/performance.md step 18). One warp.
 template <class T>
 __device__ void loader(const IndexerParams& p, const IndexerTma& tma, Storage<T>& smem, std::int64_t total_tiles,
                        std::int64_t units) {
