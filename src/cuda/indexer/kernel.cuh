@@ -23,8 +23,8 @@
 namespace msa::cuda::indexer_sm90 {
 
 // Loader: every unit's computed blocks, in unit order, each into the next K stage with its
-// valid-page chunk mask (prefill_sm90::block_chunks' rule) and its TMA boxes (load_block's
-// addressing). The page-table entries are read 32 at a time, one per lane, ahead of the blocks
+// valid-page chunk mask and its TMA boxes (prefill_sm90::box_page, the rule block_chunks and
+// load_block apply). The page-table entries are read 32 at a time, one per lane, ahead of the blocks
 // that use them: a block then waits on no global load before its TMA is issued (reading its
 // entries block by block put two dependent loads in front of every TMA; removing them made the
 // prefill form 3-4% faster, docs/performance.md step 18). One warp.
@@ -37,28 +37,19 @@ __device__ void loader(const IndexerParams& p, const IndexerTma& tma, Storage<T>
   const int box_rows = tma.box_rows;                  // tokens per TMA box: page_size, or 128 (flat)
   const int boxes = T::kBlockN / box_rows;            // boxes (pages) per block, 1..8
   const int blocks_per_read = 32 / boxes;             // blocks whose entries one warp read covers
-  const int oob_page = static_cast<int>(min(c.num_pages, std::int64_t{INT32_MAX}));  // TMA zero-fills
   std::uint32_t use = 0;
   for (std::int64_t i = 0;; ++i) {
     const std::int64_t u = unit_of(i);
     if (u >= units) break;
     const Unit unit = find_unit(p, u, total_tiles, lane);
-    const std::int64_t table_row = std::int64_t{unit.b} * c.stride_page_table;
     const int flat_token0 = paged ? 0 : c.cu_seqlens_k[unit.b];
     for (int col0 = unit.col0; col0 < unit.compute_end; col0 += blocks_per_read) {
-      // Lane l: box l % boxes of block col0 + l / boxes. Its page: the entry, or out of bounds
-      // past k_len and past the table; valid: inside the table and [0, num_pages), or past k_len.
-      const std::int64_t logical = std::int64_t{col0 + lane / boxes} * kBlockSize + (lane % boxes) * box_rows;
-      int page = 0;
-      bool valid = true;
-      if (paged) {
-        const std::int64_t entry_col = logical / box_rows;
-        const bool past = logical >= unit.k_len;
-        const bool listed = !past && entry_col < c.page_table_cols && col0 + lane / boxes < unit.compute_end;
-        page = listed ? c.page_table[table_row + entry_col] : oob_page;
-        valid = past || (listed && page >= 0 && page < c.num_pages);
-      }
-      const std::uint32_t valid_boxes = __ballot_sync(0xffffffffu, valid);
+      // Lane l: box l % boxes of block col0 + l / boxes, its page and validity.
+      prefill_sm90::BoxPage box{0, true};
+      if (paged && col0 + lane / boxes < unit.compute_end)
+        box = prefill_sm90::box_page(c, unit.b, std::int64_t{col0 + lane / boxes} * kBlockSize + (lane % boxes) * box_rows,
+                                     unit.k_len);
+      const std::uint32_t valid_boxes = __ballot_sync(0xffffffffu, box.valid);
       const int n = min(blocks_per_read, unit.compute_end - col0);
       for (int j = 0; j < n; ++j, ++use) {
         const int s = prefill_sm90::stage_of(use, T::kStages);
@@ -74,7 +65,7 @@ __device__ void loader(const IndexerParams& p, const IndexerTma& tma, Storage<T>
           Barrier64::arrive_and_expect_tx(&smem.k_full[s], T::Kv::kBlockBytes);
         }
         __syncwarp();
-        const int box_page = __shfl_sync(0xffffffffu, page, (j * boxes + lane) % 32);
+        const int page = __shfl_sync(0xffffffffu, box.page, (j * boxes + lane) % 32);
         if (lane < boxes) {
           const int t0 = lane * box_rows;
           const int token = paged ? 0 : flat_token0 + (col0 + j) * kBlockSize;
@@ -84,7 +75,7 @@ __device__ void loader(const IndexerParams& p, const IndexerTma& tma, Storage<T>
             cute::SM90_TMA_LOAD_4D::copy(&tma.k, &smem.k_full[s],
                                          static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST),
                                          bytes + T::Kv::kv_load_offset(t0, b), b * T::Kv::kKvLoadCols, token, 0,
-                                         paged ? box_page : 0);
+                                         paged ? page : 0);
         }
       }
     }

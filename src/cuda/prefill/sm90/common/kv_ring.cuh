@@ -84,20 +84,29 @@ struct KvRing {
 // [0, num_pages). Tokens past k_len count as valid (the key limits hide them). Flat K/V: all.
 constexpr std::uint32_t kAllChunks = (1u << (kBlockSize / 16)) - 1u;
 
+// The page of a paged K/V box (logical token `logical` of request b, at a page start) and
+// whether its tokens are valid: before k_len, the page-table entry, valid when inside the table
+// and in [0, num_pages); past k_len (valid: the key limits hide them) or past the table
+// (invalid), num_pages, which TMA addresses out of bounds and fills with zeros.
+struct BoxPage {
+  int page;
+  bool valid;
+};
+__device__ __forceinline__ BoxPage box_page(const AttentionParams& p, int b, std::int64_t logical, int k_len) {
+  const int oob = static_cast<int>(min(p.num_pages, std::int64_t(INT32_MAX)));
+  if (logical >= k_len) return {oob, true};
+  const std::int64_t col = logical / p.page_size;
+  if (col >= p.page_table_cols) return {oob, false};
+  const int page = p.page_table[std::int64_t(b) * p.stride_page_table + col];
+  return {page, page >= 0 && page < p.num_pages};
+}
+
 __device__ __forceinline__ std::uint32_t block_chunks(const AttentionParams& p, int b, int block_start, int k_len) {
   if (p.page_table == nullptr) return kAllChunks;
   std::uint32_t mask = 0;
   const int per_page = p.page_size / 16;
-  for (int t0 = 0; t0 < kBlockSize; t0 += p.page_size) {
-    const int logical = block_start + t0;
-    const int col = logical / p.page_size;
-    bool valid = logical >= k_len;
-    if (!valid && col < p.page_table_cols) {
-      const int page = p.page_table[std::int64_t(b) * p.stride_page_table + col];
-      valid = page >= 0 && page < p.num_pages;
-    }
-    if (valid) mask |= ((1u << per_page) - 1u) << (t0 / 16);
-  }
+  for (int t0 = 0; t0 < kBlockSize; t0 += p.page_size)
+    if (box_page(p, b, block_start + t0, k_len).valid) mask |= ((1u << per_page) - 1u) << (t0 / 16);
   return mask;
 }
 
@@ -115,11 +124,8 @@ __device__ __forceinline__ void load_block(const AttentionParams& p, const CUten
   const int t0 = lane * box_rows;
   int token, page;
   if (p.page_table != nullptr) {
-    const int logical = block_start + t0;
-    const int col = logical / box_rows;
     token = 0;
-    page = logical < k_len && col < p.page_table_cols ? p.page_table[std::int64_t(b) * p.stride_page_table + col]
-                                                      : static_cast<int>(min(p.num_pages, std::int64_t(INT32_MAX)));
+    page = box_page(p, b, block_start + t0, k_len).page;
   } else {
     token = p.cu_seqlens_k[b] + block_start;
     page = 0;
