@@ -44,11 +44,11 @@ __device__ void loader(const IndexerParams& p, const IndexerTma& tma, Storage<T>
     const Unit unit = find_unit(p, u, total_tiles, lane);
     const int flat_token0 = paged ? 0 : c.cu_seqlens_k[unit.b];
     for (int col0 = unit.col0; col0 < unit.compute_end; col0 += blocks_per_read) {
-      // Lane l: box l % boxes of block col0 + l / boxes, its page and validity.
+      // Lane l: box l % boxes of block col0 + l / boxes, its page and validity; only blocks
+      // before compute_end are looked up (their tokens are below k_len's int32 limit).
       prefill_sm90::BoxPage box{0, true};
       if (paged && col0 + lane / boxes < unit.compute_end)
-        box = prefill_sm90::box_page(c, unit.b, std::int64_t{col0 + lane / boxes} * kBlockSize + (lane % boxes) * box_rows,
-                                     unit.k_len);
+        box = prefill_sm90::box_page(c, unit.b, (col0 + lane / boxes) * kBlockSize + (lane % boxes) * box_rows, unit.k_len);
       const std::uint32_t valid_boxes = __ballot_sync(0xffffffffu, box.valid);
       const int n = min(blocks_per_read, unit.compute_end - col0);
       for (int j = 0; j < n; ++j, ++use) {

@@ -92,10 +92,10 @@ struct BoxPage {
   int page;
   bool valid;
 };
-__device__ __forceinline__ BoxPage box_page(const AttentionParams& p, int b, std::int64_t logical, int k_len) {
+__device__ __forceinline__ BoxPage box_page(const AttentionParams& p, int b, int logical, int k_len) {
   const int oob = static_cast<int>(min(p.num_pages, std::int64_t(INT32_MAX)));
   if (logical >= k_len) return {oob, true};
-  const std::int64_t col = logical / p.page_size;
+  const int col = logical / p.page_size;  // 32-bit: logical < k_len
   if (col >= p.page_table_cols) return {oob, false};
   const int page = p.page_table[std::int64_t(b) * p.stride_page_table + col];
   return {page, page >= 0 && page < p.num_pages};
