@@ -1,5 +1,6 @@
-"""Times msa.Indexer and msa.TopK on the CUDA backend, each alone and back to back, eagerly (as
-an engine calls them), mean of 10 runs after 3 warm-up runs (CUDA events). Index queries and
+"""Times msa.Indexer and msa.TopK on the CUDA backend, each alone and back to back, and the fused
+msa.IndexerTopK (plan + run per call), eagerly (as an engine calls them), mean of 10 runs after 3
+warm-up runs (CUDA events); the fused ids must equal the back-to-back ones. Index queries and
 keys are randn * 0.25 in bf16 (and, for three cases, FP8 E4M3: MSA's q8kv8), h_i = 4, d = 128, a paged index-K cache (pages of 128, shuffled),
 top-16. Cases: one prefill request of S tokens; a chunked batch; the decode form (B requests of
 Q = 8 queries at the ends of L-token sequences). Prints ms, the useful TFLOP/s of the indexer
@@ -76,8 +77,9 @@ def main():
     indexer = msa.Indexer(H_I, D, backend="cuda")
     topk = msa.TopK(TOPK, backend="cuda")
     topk_q16 = msa.TopK(TOPK, backend="cuda", ranking="quantised16")
+    fused = msa.IndexerTopK(H_I, TOPK, D, backend="cuda")
     print(f"{'case':28s} {'indexer ms':>10s} {'TFLOP/s':>8s} {'key GB/s':>9s} {'top-k ms':>9s} {'q16 ms':>8s} "
-          f"{'both ms':>8s}")
+          f"{'both ms':>8s} {'fused ms':>8s} {'speed-up':>8s}")
     for name, requests, dtype in cases:
         cu, kl, index_q, index_k, table, scores, ids, pairs, key_bytes = case(requests, dtype)
 
@@ -94,11 +96,22 @@ def main():
             run_indexer()
             run_topk()
 
+        fused_ids = torch.empty_like(ids)
+        max_k_len = max(k for _, k in requests)
+
+        def run_fused():
+            fused.plan(len(requests), index_q.shape[0], max_k_len)
+            fused.run(index_q, index_k, fused_ids, cu, kl, page_table=table)
+
         t_i, t_k, t_q, t_b = timed(run_indexer), timed(run_topk), timed(run_topk_q16), timed(run_both)
+        t_f = timed(run_fused)
+        run_both()
+        torch.cuda.synchronize()
+        assert torch.equal(fused_ids, ids), f"{name}: the fused ids differ from Indexer + TopK"
         flops = 2.0 * D * H_I * pairs
         print(f"{name:28s} {t_i:10.3f} {flops / t_i / 1e9:8.1f} {key_bytes / t_i / 1e6:9.0f} {t_k:9.3f} {t_q:8.3f} "
-              f"{t_b:8.3f}")
-        del scores, ids, index_q, index_k
+              f"{t_b:8.3f} {t_f:8.3f} {t_b / t_f:7.2f}x")
+        del scores, ids, fused_ids, index_q, index_k
 
 
 if __name__ == "__main__":

@@ -4,9 +4,12 @@
 // decode layout) -> plan -> sparse decode. Each repetition flushes L2, then enqueues the stages
 // eagerly with CUDA events between them; the table gives each stage's median, the median of the
 // whole layer (first event to last: launch gaps included) and the layer captured once in a CUDA
-// graph and replayed.
+// graph and replayed. Beside it, the fused selection (IndexerTopK: plan + run, timed the same
+// way), whose ids must equal the indexer + top-k's.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -113,6 +116,7 @@ constexpr int kStages = 4;  // indexer, top-k, plan, attention
 struct CaseResult {
   double stage_ms[kStages] = {};
   double layer_ms = 0, graph_ms = 0;
+  double fused_ms = 0;  // IndexerTopK, plan + run
   double indexer_flops = 0, attention_flops = 0;
   std::int64_t rows = 0;
 };
@@ -145,6 +149,12 @@ void require_case_memory(const LayerOptions& o, const LayerCase& c) {
                "--seq / --requests / --decode / --h-kv");
   e.device.add("indexer scores", static_cast<double>(total_q) * o.shape.h_kv * cols * 4,
                "--seq / --requests / --decode / --h-kv");
+  e.device.add("fused selection (ids, scratch)",
+               static_cast<double>(total_q) * o.shape.h_kv * o.shape.topk * 4 +
+                   static_cast<double>(IndexerTopK::workspace_bytes(
+                       o.shape.h_kv, o.shape.topk,
+                       {static_cast<std::int64_t>(c.requests.size()), total_q, max_k_len(c.requests)}, cuda)),
+               "--seq / --requests / --decode / --h-kv");
   e.device.add("L2 flush", 2.0 * static_cast<double>(bench::device_l2_bytes()), "");
   require_memory("msa bench layer", e, "case '" + c.name + "'");
 }
@@ -170,6 +180,7 @@ CaseResult bench_case(const LayerOptions& o, const LayerCase& c) {
   DeviceBuffer lse(bytes(total_q * s.h_q, 4));
   DeviceBuffer index_q(bytes(total_q * h_i * s.d, 2)), index_k(bytes(pages * o.page_size * s.d, 2));
   DeviceBuffer scores(bytes(total_q * h_i * cols, 4)), topk(bytes(total_q * s.h_kv * s.topk, 4));
+  DeviceBuffer topk_fused(bytes(total_q * s.h_kv * s.topk, 4));
   const std::uint64_t seed = o.seed * 131;
   bench::device_fill_normal(q.ptr, q_elems, false, 0.25f, seed, nullptr);
   bench::device_fill_normal(k.ptr, kv_elems, false, 0.25f, seed + 1, nullptr);
@@ -276,23 +287,48 @@ CaseResult bench_case(const LayerOptions& o, const LayerCase& c) {
       stage[j].push_back(t);
     }
   }
-  for (auto& e : events) check(cudaEventDestroy(e), "cudaEventDestroy");
-
   CaseResult r;
   for (int j = 0; j < kStages; ++j) r.stage_ms[j] = median(stage[j]);
   r.layer_ms = median(stage[kStages]);
   // Every workspace is sized by now: the whole layer captures into one graph.
   r.graph_ms = bench::time_graph_replays([&](int, cudaStream_t st) { layer(st, nullptr); }, 1, 3,
                                          std::max(o.reps, 10)).median_ms;
-  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 
-  // The selection the layer made, for the attention's effective FLOPs.
+  // The fused selection, timed as the stages are, into its own buffer in the same layout.
+  IndexerTopK fused(h_i, s.d, s.topk, 0.f, cuda);
+  IndexerTopkArgs fa{ia.index_q, ia.index_k, batch, ta.topk};
+  fa.topk.data = topk_fused.ptr;
+  const ProblemSize problem{batch_size, total_q, max_k};
+  fused.plan(problem, stream);  // first call: sizes and allocates its scratch
+  fused.run(fa, stream);
+  std::vector<double> fused_times;
+  for (int i = 0; i < o.warmup + o.reps; ++i) {
+    check(cudaMemsetAsync(flush.ptr, i & 0xff, flush_bytes, stream), "cudaMemsetAsync");
+    check(cudaEventRecord(events[0], stream), "cudaEventRecord");
+    fused.plan(problem, stream);
+    fused.run(fa, stream);
+    check(cudaEventRecord(events[1], stream), "cudaEventRecord");
+    check(cudaEventSynchronize(events[1]), "cudaEventSynchronize");
+    float t = 0.f;
+    check(cudaEventElapsedTime(&t, events[0], events[1]), "cudaEventElapsedTime");
+    if (i >= o.warmup) fused_times.push_back(t);
+  }
+  r.fused_ms = median(fused_times);
+  for (auto& e : events) check(cudaEventDestroy(e), "cudaEventDestroy");
+
+  // The selection the layer made, for the attention's effective FLOPs; the fused one must match.
   bench::HostTensor rows(DType::kInt32, c.decode ? std::vector<std::int64_t>{total_q, s.h_kv, s.topk}
                                                   : std::vector<std::int64_t>{s.h_kv, total_q, s.topk});
+  bench::HostTensor fused_rows(rows.dtype(), rows.shape());
   check(cudaMemcpy(rows.raw(), topk.ptr, rows.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(fused_rows.raw(), topk_fused.ptr, rows.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (std::memcmp(rows.raw(), fused_rows.raw(), rows.bytes()) != 0)
+    throw std::runtime_error("msa bench layer: case '" + c.name + "': the fused selection's ids differ from the "
+                             "indexer + top-k's");
   r.attention_flops = bench::attention_flops(s, bench::count_selection(rows.view(), c.requests, c.decode));
   r.indexer_flops = bench::indexer_flops(h_i, s.d, c.requests);
   r.rows = total_q;
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
   return r;
 }
 
@@ -318,20 +354,22 @@ int bench_layer_command(const std::vector<std::string>& args) {
               o.page_size, o.reps, o.warmup);
   Table table({{"case"}, {"rows", true}, {"indexer ms", true}, {"top-k ms", true}, {"plan ms", true},
                {"attention ms", true}, {"layer ms", true}, {"graph ms", true}, {"indexer TFLOP/s", true},
-               {"attention TFLOP/s", true}});
+               {"attention TFLOP/s", true}, {"fused sel ms", true}, {"fused speed-up", true}});
   for (const LayerCase& c : o.cases) {
     const CaseResult r = bench_case(o, c);
     table.add_row({c.name, std::to_string(r.rows), format("%.3f", r.stage_ms[0]), format("%.3f", r.stage_ms[1]),
                    format("%.3f", r.stage_ms[2]), format("%.3f", r.stage_ms[3]), format("%.3f", r.layer_ms),
                    format("%.3f", r.graph_ms), format("%.0f", r.indexer_flops / (r.stage_ms[0] * 1e-3) * 1e-12),
-                   format("%.0f", r.attention_flops / (r.stage_ms[3] * 1e-3) * 1e-12)});
+                   format("%.0f", r.attention_flops / (r.stage_ms[3] * 1e-3) * 1e-12), format("%.3f", r.fused_ms),
+                   format("%.2fx", (r.stage_ms[0] + r.stage_ms[1]) / r.fused_ms)});
     std::fprintf(stderr, "  done: %s\n", c.name.c_str());
   }
   table.print(stdout);
   std::printf("stages eager on one stream, each from the event before its launch to the next event (launch gaps "
               "included); layer = first event to last; graph = the four stages captured once and replayed. "
               "indexer TFLOP/s: 2 d h_i per visible (query, key); attention TFLOP/s: selected visible keys "
-              "only (targets.md)\n");
+              "only (targets.md); fused sel: IndexerTopK (plan + run, its ids checked equal to the top-k's), "
+              "speed-up against indexer + top-k\n");
   return kExitPass;
 #else
   throw UsageError("msa bench layer: this build has no CUDA backend");

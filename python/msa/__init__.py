@@ -8,7 +8,7 @@ Two layers over the same C++ operators: the MSA wrapper classes (the MSA contrac
 arguments and defaults, plan()-owned buffers: ``msa.BatchPrefillIndexerWithPagedKVCacheWrapper``
 and ``msa.BatchDecodeIndexerWithPagedKVCacheWrapper`` select each query's blocks,
 ``msa.BatchPrefillWithPagedKVCacheWrapper`` and ``msa.BatchDecodeWithPagedKVCacheWrapper`` attend
-over them) and a thin Pythonic layer (``msa.Indexer``, ``msa.TopK``, ``msa.SparsePrefill``,
+over them) and a thin Pythonic layer (``msa.Indexer``, ``msa.TopK``, ``msa.IndexerTopK``, ``msa.SparsePrefill``,
 ``msa.SparseDecode``: the C++ objects' plan/run with every option). Every operator runs on the CPU
 (NumPy arrays) and on the CUDA backend (device arrays).
 """
@@ -17,11 +17,11 @@ from ._msa import Error, cuda_available, version
 from .decode import SparseDecode
 from .indexer_wrappers import BatchDecodeIndexerWithPagedKVCacheWrapper, BatchPrefillIndexerWithPagedKVCacheWrapper
 from .prefill import SparsePrefill
-from .selection import Indexer, TopK
+from .selection import Indexer, IndexerTopK, TopK
 from .wrappers import BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper
 
 __version__ = version()
 
 __all__ = ["BatchDecodeIndexerWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper",
            "BatchPrefillIndexerWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper", "Error", "Indexer",
-           "SparseDecode", "SparsePrefill", "TopK", "cuda_available", "version", "__version__"]
+           "IndexerTopK", "SparseDecode", "SparsePrefill", "TopK", "cuda_available", "version", "__version__"]

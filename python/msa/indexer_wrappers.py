@@ -8,8 +8,12 @@ wrappers take (``topk_indices``).
 
 Beyond the contract: ``backend`` (``"auto"`` follows the arrays' device, or ``"cpu"`` /
 ``"cuda"``), ``ranking`` (``"exact"``, the default: by score, ties to the smaller block id;
-``"quantised16"``: MSA's own 16-bit quantised key, see :class:`msa.TopK`) and ``topk`` (1..32).
-The scores stay in a buffer of the wrapper (``scores``) for callers who want them.
+``"quantised16"``: MSA's own 16-bit quantised key, see :class:`msa.TopK`), ``topk`` (1..32) and
+``keep_scores``. With the exact ranking and ``keep_scores=False`` (the defaults) run() is one
+msa::IndexerTopK call: no score is written (at 128k tokens and four index heads the scores would
+take 2 GB) and ``scores`` stays None. With ``keep_scores=True``, or the quantised ranking (which
+needs each row's score range first), run() is msa::Indexer then msa::TopK and the scores stay
+in a buffer of the wrapper (``scores``). The ids are the same either way.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class _IndexerWrapper:
 
     _names: dict = {}
 
-    def __init__(self, backend: str, ranking: str, topk: int):
+    def __init__(self, backend: str, ranking: str, topk: int, keep_scores: bool):
         if backend not in ("auto", "cpu", "cuda"):
             raise error("backend", backend, "expected 'auto', 'cpu' or 'cuda'")
         if ranking not in ("exact", "quantised16"):
@@ -61,6 +65,9 @@ class _IndexerWrapper:
         self._backend = backend
         self._ranking = ranking
         self._topk = _int_arg("topk", topk, 1, 32)
+        if not isinstance(keep_scores, bool):
+            raise error("keep_scores", keep_scores, "must be a bool")
+        self._fused = ranking == "exact" and not keep_scores  # msa::IndexerTopK: no scores
         self._ops = None
         self._ops_key = None
         self._planned = False
@@ -70,32 +77,41 @@ class _IndexerWrapper:
         self._k_len = None
         self._page_table = None
 
-    def _prepare(self, like, heads: int, rows: int, cols: int) -> None:
+    def _prepare(self, like, heads: int, batch: int, rows: int, cols: int) -> None:
         """The operators of (heads, backend) and the buffers of this geometry, made like `like`."""
         backend = self._backend if self._backend != "auto" else ("cuda" if is_cuda(like) else "cpu")
         key = (heads, backend)
         if key != self._ops_key:
             self._ops = None
-            self._ops = (_msa.Indexer(heads, _HEAD_DIM, 1.0, backend, False),
-                         _msa.TopK(self._topk, backend, False, self._ranking))
+            if self._fused:
+                self._ops = (_msa.IndexerTopK(heads, _HEAD_DIM, self._topk, 1.0, backend, False),)
+            else:
+                self._ops = (_msa.Indexer(heads, _HEAD_DIM, 1.0, backend, False),
+                             _msa.TopK(self._topk, backend, False, self._ranking))
             self._ops_key = key
-        if not same_kind(self.scores, like, (heads, rows, cols), "float32"):
+        if self._fused:
+            self._ops[0].plan(batch, rows, cols * _BLOCK, 0)  # host sizes only: nothing launched
+        elif not same_kind(self.scores, like, (heads, rows, cols), "float32"):
             self.scores = empty(like, (heads, rows, cols), "float32", "scores")
         if not same_kind(self._topk_out, like, (heads, rows, self._topk), "int32"):
             self._topk_out = empty(like, (heads, rows, self._topk), "int32", "out")
 
     def _select(self, q, k_cache, page_table, out):
-        """Indexer then top-k over the planned batch; returns the top-k array."""
+        """Indexer then top-k over the planned batch (one fused call by default); returns the
+        top-k array."""
         if not self._planned:
             raise error("plan", "none", "call plan() before run()")
         if out is None:
             out = self._topk_out
-        indexer, topk = self._ops
         try:
             with on_device_of(q):
                 stream = stream_of(None, q, out)
-                indexer.run(q, k_cache, self.scores, self._cu_seqlens_q, self._k_len, page_table, None, stream)
-                topk.run(self.scores, out, self._cu_seqlens_q, self._k_len, stream)
+                if self._fused:
+                    self._ops[0].run(q, k_cache, out, self._cu_seqlens_q, self._k_len, page_table, None, stream)
+                else:
+                    indexer, topk = self._ops
+                    indexer.run(q, k_cache, self.scores, self._cu_seqlens_q, self._k_len, page_table, None, stream)
+                    topk.run(self.scores, out, self._cu_seqlens_q, self._k_len, stream)
         except _msa.Error as e:
             raise renamed(e, self._names) from None
         return out
@@ -104,16 +120,17 @@ class _IndexerWrapper:
 class BatchPrefillIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
     """MSA prefill selection: plan() once per batch, run() per layer.
 
-    plan() keeps the batch arrays and makes the wrapper's buffers (scores, top-k); run() is one
-    indexer launch and one top-k launch reading the batch on the device, no allocation, so it can
+    plan() keeps the batch arrays and makes the wrapper's buffers (top-k; the scores with
+    ``keep_scores``) and the fused operator's scratch; run() is one msa::IndexerTopK call (or one
+    indexer launch and one top-k launch) reading the batch on the device, no allocation, so it can
     be captured in a CUDA graph once plan() has run. After new lengths are written into the
     planned ``cu_seqlens_k`` in place, call :meth:`replan`.
     """
 
     _names = _PREFILL_NAMES
 
-    def __init__(self, *, backend: str = "auto", ranking: str = "exact", topk: int = 16):
-        super().__init__(backend, ranking, topk)
+    def __init__(self, *, backend: str = "auto", ranking: str = "exact", topk: int = 16, keep_scores: bool = False):
+        super().__init__(backend, ranking, topk, keep_scores)
 
     def plan(self, cu_seqlens_q, cu_seqlens_k, page_table, *, total_q: int, max_seqlen_q: int,
              max_seqlen_k: int, num_index_heads: int = 4) -> None:
@@ -153,7 +170,7 @@ class BatchPrefillIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
         self._cu_seqlens_q, self._cu_seqlens_k, self._page_table = cu_q, cu_k, table
         if not same_kind(self._k_len, cu_k, (batch,), "int32"):
             self._k_len = empty(cu_k, (batch,), "int32", "cu_seqlens_k")
-        self._prepare(table, heads, rows, (max_k + _BLOCK - 1) // _BLOCK)
+        self._prepare(table, heads, batch, rows, (max_k + _BLOCK - 1) // _BLOCK)
         self._rows, self._heads = rows, heads
         self.replan()
 
@@ -180,14 +197,17 @@ class BatchDecodeIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
     run() reads ``seq_lens`` and the page table on the device, so a captured run() replays step
     after step with new contents in the planned buffers. With ``use_cuda_graph`` the wrapper
     owns them: ``page_table_buffer`` and ``seq_lens_buffer``, which plan() fills from its
-    arguments. No workspace is needed (``workspace_buffer`` is accepted and unused).
+    arguments. ``workspace_buffer`` is accepted and unused: plan() allocates the little scratch
+    the fused selection needs (the per-unit candidate lists of a step, about
+    ``B * Q * num_index_heads`` KB).
     """
 
     _names = _DECODE_NAMES
 
     def __init__(self, workspace_buffer=None, *, use_cuda_graph: bool = False, page_table_buffer=None,
-                 seq_lens_buffer=None, backend: str = "auto", ranking: str = "exact", topk: int = 16):
-        super().__init__(backend, ranking, topk)
+                 seq_lens_buffer=None, backend: str = "auto", ranking: str = "exact", topk: int = 16,
+                 keep_scores: bool = False):
+        super().__init__(backend, ranking, topk, keep_scores)
         if use_cuda_graph and (page_table_buffer is None or seq_lens_buffer is None):
             raise error("use_cuda_graph", True, "needs page_table_buffer and seq_lens_buffer")
         if not use_cuda_graph and (page_table_buffer is not None or seq_lens_buffer is not None):
@@ -200,7 +220,8 @@ class BatchDecodeIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
 
     @staticmethod
     def workspace_size(batch_size: int) -> int:
-        """Bytes of workspace a batch needs: none (the indexer finds its work on the device)."""
+        """Bytes of caller workspace a batch needs: none (plan() allocates the fused selection's
+        scratch itself)."""
         _int_arg("batch_size", batch_size, 0, 2**31 - 1)
         return 0
 
@@ -244,7 +265,7 @@ class BatchDecodeIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
             self._cu_seqlens_q = xp.arange(0, (batch + 1) * q_len, q_len, dtype=xp.int32, **on)
             self._q_len = q_len  # the step of _cu_seqlens_q
         self._k_len, self._page_table = lens, table
-        self._prepare(table, heads, batch * q_len, max_pages)
+        self._prepare(table, heads, batch, batch * q_len, max_pages)
         self._batch, self._q_len, self._heads = batch, q_len, heads
         self._planned = True
 

@@ -1,7 +1,7 @@
-"""The selection operators, thin layers over msa::Indexer and msa::TopK (spec §5): index scores
-per (index head, query, 128-token block), then each row's top-k blocks in the prefill layout that
-msa.SparsePrefill takes. Both run on the CPU and on the CUDA backend (device tensors; one launch
-each, graph-capturable)."""
+"""The selection operators, thin layers over msa::Indexer, msa::TopK and msa::IndexerTopK (spec
+§5): index scores per (index head, query, 128-token block), then each row's top-k blocks in the
+prefill layout that msa.SparsePrefill takes; or both at once, with no score written. All run on
+the CPU and on the CUDA backend (device tensors; graph-capturable)."""
 
 from __future__ import annotations
 
@@ -62,3 +62,39 @@ class TopK:
         every number."""
         with on_device_of(scores):
             self._op.run(scores, topk, cu_seqlens_q, k_len, stream_of(stream, scores, topk))
+
+
+class IndexerTopK:
+    """msa::IndexerTopK over DLPack arrays: :class:`Indexer` then :class:`TopK` (exact ranking) in
+    one operator that never writes the scores (on the GPU each row's scores stay on chip while its
+    top-k is chosen; at 128k tokens and four index heads the scores would take 2 GB). The ids are
+    those TopK picks from the scores Indexer writes with ``ceil(max_k_len / 128)`` columns.
+
+    ``h_i`` index heads of dim ``d``, ``topk`` 1..32, ``scale`` 0 means 1/sqrt(d); ``backend``
+    ``"cpu"`` or ``"cuda"``; ``strict`` checks every value on the host (on CUDA one
+    synchronisation), including ``k_len <= max_k_len``.
+    """
+
+    def __init__(self, h_i: int, topk: int = 16, d: int = 128, scale: float = 0.0, *, backend: str = "cpu",
+                 strict: bool = False):
+        self._op = _msa.IndexerTopK(h_i, d, topk, scale, backend, strict)
+
+    def plan(self, batch: int, total_q: int, max_k_len: int, *, stream=None) -> None:
+        """Host sizes only: ``batch`` requests, ``total_q`` query rows, ``max_k_len`` a bound on
+        every ``k_len``. Allocates the operator's scratch when the batch needs one (few query
+        tiles: decode steps, short chunks); launches nothing."""
+        self._op.plan(batch, total_q, max_k_len, stream_of(stream))
+
+    def workspace_bytes(self, batch: int, total_q: int, max_k_len: int) -> int:
+        """The scratch plan() allocates for these sizes (0 on the CPU)."""
+        return self._op.workspace_bytes(batch, total_q, max_k_len)
+
+    def run(self, index_q, index_k, topk, cu_seqlens_q, k_len, *, page_table=None, cu_seqlens_k=None,
+            stream=None) -> None:
+        """Writes ``topk [h_i, total_q, topk]`` int32 (any non-overlapping strides: a transposed
+        ``[total_q, h_i, topk]`` tensor takes the query-major layout) from ``index_q [total_q, h_i,
+        d]`` and the index-K cache, as :meth:`Indexer.run` reads them; the planned batch and
+        ``total_q``."""
+        with on_device_of(index_q):
+            self._op.run(index_q, index_k, topk, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
+                         stream_of(stream, index_q, topk))

@@ -222,6 +222,40 @@ class PyTopK {
   TopK op_;
 };
 
+class PyIndexerTopK {
+ public:
+  PyIndexerTopK(int h_i, int d, int topk, float scale, const std::string& backend, bool strict)
+      : h_i_(h_i), topk_(topk), options_(options_of(backend, strict, Options{}.q_per_item, "auto")),
+        op_(h_i, d, topk, scale, options_) {}
+
+  void plan(std::int64_t batch, std::int64_t total_q, std::int64_t max_k_len, std::uintptr_t stream) {
+    nb::gil_scoped_release release;
+    op_.plan(ProblemSize{batch, total_q, max_k_len}, to_stream(stream));
+  }
+
+  void run(const Array& index_q, const Array& index_k, const Array& topk, const Array& cu_seqlens_q,
+           const Array& k_len, const std::optional<Array>& page_table, const std::optional<Array>& cu_seqlens_k,
+           std::uintptr_t stream) {
+    IndexerTopkArgs a;
+    a.index_q = to_view(index_q, "index_q");
+    a.index_k = KvCache{to_view(index_k, "index_k"), TensorView{}, to_view(page_table, "page_table"),
+                        to_view(cu_seqlens_k, "cu_seqlens_k")};
+    a.batch = batch_of(cu_seqlens_q, k_len);
+    a.topk = to_view(topk, "topk");
+    nb::gil_scoped_release release;
+    op_.run(a, to_stream(stream));
+  }
+
+  std::size_t workspace_bytes(std::int64_t batch, std::int64_t total_q, std::int64_t max_k_len) const {
+    return IndexerTopK::workspace_bytes(h_i_, topk_, ProblemSize{batch, total_q, max_k_len}, options_);
+  }
+
+ private:
+  int h_i_, topk_;
+  Options options_;
+  IndexerTopK op_;
+};
+
 }  // namespace
 }  // namespace msa::python
 
@@ -287,4 +321,13 @@ NB_MODULE(_msa, m) {
            "strict"_a = false, "ranking"_a = "exact")
       .def("plan", &PyTopK::plan, "cu_seqlens_q"_a, "k_len"_a, "stream"_a = 0)
       .def("run", &PyTopK::run, "scores"_a, "topk"_a, "cu_seqlens_q"_a, "k_len"_a, "stream"_a = 0);
+
+  nb::class_<PyIndexerTopK>(m, "IndexerTopK",
+                            "msa::IndexerTopK: the indexer and the exact top-k fused, no score written (spec §5).")
+      .def(nb::init<int, int, int, float, const std::string&, bool>(), "h_i"_a, "d"_a = 128, "topk"_a = 16,
+           "scale"_a = 0.f, "backend"_a = "cpu", "strict"_a = false)
+      .def("plan", &PyIndexerTopK::plan, "batch"_a, "total_q"_a, "max_k_len"_a, "stream"_a = 0)
+      .def("run", &PyIndexerTopK::run, "index_q"_a, "index_k"_a, "topk"_a, "cu_seqlens_q"_a, "k_len"_a,
+           "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "stream"_a = 0)
+      .def("workspace_bytes", &PyIndexerTopK::workspace_bytes, "batch"_a, "total_q"_a, "max_k_len"_a);
 }

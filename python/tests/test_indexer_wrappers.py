@@ -4,7 +4,9 @@ GPU are there, on CUDA tensors, including a captured CUDA graph replayed after n
 FP8 E4M3 queries and keys (MSA's q8kv8) on both backends:
 their scores against the NumPy oracle of spec §5 (raw dot products, no scale), their top-k ids
 against the exact oracle on those scores, the quantised ranking against MSA's formula, the
-selection feeding the attention wrapper, and errors naming the caller's argument."""
+selection feeding the attention wrapper, and errors naming the caller's argument. The default
+wrappers select with msa::IndexerTopK (no scores): their ids must equal, id for id, those of a
+``keep_scores=True`` wrapper (msa::Indexer then msa::TopK) on the same backend."""
 
 import numpy as np
 import pytest
@@ -58,9 +60,12 @@ def prefill_plan(wrapper, cu_q, cu_k, table, heads):
 @pytest.mark.parametrize("heads", [1, 4])
 def test_prefill_wrapper_selects_the_oracle_blocks(heads):
     q, k_flat, cache, table, cu_q, cu_k = prefill_case(heads, heads)
-    w = msa.BatchPrefillIndexerWithPagedKVCacheWrapper()
+    w = msa.BatchPrefillIndexerWithPagedKVCacheWrapper(keep_scores=True)
     prefill_plan(w, cu_q, cu_k, table, heads)
     ids = w.run(q, cache)
+    fused = msa.BatchPrefillIndexerWithPagedKVCacheWrapper()
+    prefill_plan(fused, cu_q, cu_k, table, heads)
+    assert np.array_equal(fused.run(q, cache), ids) and fused.scores is None
     cols = (max(k for _, k in REQUESTS) + BLOCK - 1) // BLOCK
     assert ids.shape == (heads, int(cu_q[-1]), 16) and ids.dtype == np.int32
     check_scores(w.scores, reference_scores(q, k_flat, REQUESTS, cu_k, 1.0, cols))
@@ -80,7 +85,7 @@ def test_prefill_wrapper_quantised_ranking_is_msa_selection():
 
 def test_prefill_wrapper_replan_reads_new_lengths():
     q, k_flat, cache, table, cu_q, cu_k = prefill_case(9)
-    w = msa.BatchPrefillIndexerWithPagedKVCacheWrapper()
+    w = msa.BatchPrefillIndexerWithPagedKVCacheWrapper(keep_scores=True)
     prefill_plan(w, cu_q, cu_k, table, 4)
     w.run(q, cache)
     # Request 0 becomes 2000 keys long (its queries move back), written in place.
@@ -100,10 +105,13 @@ def test_decode_wrapper_selects_the_oracle_blocks():
     k_flat = (rng.standard_normal((sum(seq_lens), 1, 128)) * 0.25).astype(np.float16)
     cache, table = paged(k_flat, requests, page, 4)
     q = (rng.standard_normal((len(seq_lens), q_len, heads, 128)) * 0.25).astype(np.float16)
-    w = msa.BatchDecodeIndexerWithPagedKVCacheWrapper()
+    w = msa.BatchDecodeIndexerWithPagedKVCacheWrapper(keep_scores=True)
     assert w.workspace_size(len(seq_lens)) == 0
     w.plan(table, np.array(seq_lens, np.int32), num_index_heads=heads, query_length=q_len)
     ids = w.run(q, cache[:, 0])  # the decode cache is [num_pages, page_size, 128]
+    fused = msa.BatchDecodeIndexerWithPagedKVCacheWrapper()
+    fused.plan(table, np.array(seq_lens, np.int32), num_index_heads=heads, query_length=q_len)
+    assert np.array_equal(fused.run(q, cache[:, 0]), ids)
     _, cu_k, _ = batch(requests)
     rows = q.reshape(-1, heads, 128)
     check_scores(w.scores[:, :, : (max(seq_lens) + BLOCK - 1) // BLOCK],
@@ -117,7 +125,7 @@ def test_decode_wrapper_graph_buffers_take_each_plan():
     heads, q_len, page = 1, 2, 128
     table_buf, lens_buf = np.zeros((2, 40), np.int32), np.zeros(2, np.int32)
     w = msa.BatchDecodeIndexerWithPagedKVCacheWrapper(use_cuda_graph=True, page_table_buffer=table_buf,
-                                                      seq_lens_buffer=lens_buf)
+                                                      seq_lens_buffer=lens_buf, keep_scores=True)
     for seq_lens in ([4000, 2500], [4100, 700]):
         requests = [(q_len, L) for L in seq_lens]
         k_flat = (rng.standard_normal((sum(seq_lens), 1, 128)) * 0.25).astype(np.float16)
@@ -135,6 +143,7 @@ def test_indexer_wrappers_name_the_callers_arguments():
     w = msa.BatchPrefillIndexerWithPagedKVCacheWrapper()
     expect_error("plan", w.run, q, cache)
     expect_error("ranking", msa.BatchPrefillIndexerWithPagedKVCacheWrapper, ranking="fast")
+    expect_error("keep_scores", msa.BatchPrefillIndexerWithPagedKVCacheWrapper, keep_scores=1)
     expect_error("num_index_heads", w.plan, cu_q, cu_k, table, total_q=int(cu_q[-1]), max_seqlen_q=200,
                  max_seqlen_k=3000, num_index_heads=0)
     expect_error("total_q", w.plan, cu_q, cu_k, table, total_q=5, max_seqlen_q=200, max_seqlen_k=3000)
@@ -166,13 +175,17 @@ needs_gpu = pytest.mark.skipif(torch is None or not (torch.cuda.is_available() a
 @pytest.mark.parametrize("ranking", ["exact", "quantised16"])
 def test_prefill_wrapper_on_cuda_matches_the_cpu_backend_and_feeds_attention(ranking):
     q, _, cache, table, cu_q, cu_k = prefill_case(21)
-    host = msa.BatchPrefillIndexerWithPagedKVCacheWrapper(ranking=ranking)
+    host = msa.BatchPrefillIndexerWithPagedKVCacheWrapper(ranking=ranking, keep_scores=True)
     prefill_plan(host, cu_q, cu_k, table, 4)
     want_ids = host.run(q, cache)
     dev = [torch.from_numpy(a).cuda() for a in (q, cache, table, cu_q, cu_k)]
-    w = msa.BatchPrefillIndexerWithPagedKVCacheWrapper(ranking=ranking)
+    w = msa.BatchPrefillIndexerWithPagedKVCacheWrapper(ranking=ranking, keep_scores=True)
     prefill_plan(w, dev[3], dev[4], dev[2], 4)
     ids = w.run(dev[0], dev[1])
+    if ranking == "exact":  # the fused selection: the same ids from the same device scores
+        fused = msa.BatchPrefillIndexerWithPagedKVCacheWrapper()
+        prefill_plan(fused, dev[3], dev[4], dev[2], 4)
+        assert torch.equal(fused.run(dev[0], dev[1]), ids)
     torch.cuda.synchronize()
     check_scores(w.scores.cpu().numpy(), host.scores.astype(np.float64))
     oracle = reference_topk if ranking == "exact" else msa_quantised_topk
@@ -194,13 +207,16 @@ def test_prefill_wrapper_on_cuda_matches_the_cpu_backend_and_feeds_attention(ran
 
 
 @needs_gpu
-def test_decode_wrapper_graph_replays_new_lengths():
+@pytest.mark.parametrize("keep_scores", [True, False])
+def test_decode_wrapper_graph_replays_new_lengths(keep_scores):
     rng = np.random.default_rng(31)
     heads, q_len, page, batch_size = 4, 8, 128, 3
     table_buf = torch.zeros((batch_size, 80), dtype=torch.int32, device="cuda")
     lens_buf = torch.zeros(batch_size, dtype=torch.int32, device="cuda")
     w = msa.BatchDecodeIndexerWithPagedKVCacheWrapper(use_cuda_graph=True, page_table_buffer=table_buf,
-                                                      seq_lens_buffer=lens_buf)
+                                                      seq_lens_buffer=lens_buf, keep_scores=keep_scores)
+    # The scores of each step, from a second wrapper reading the same buffers eagerly.
+    scorer = msa.BatchDecodeIndexerWithPagedKVCacheWrapper(keep_scores=True)
     lens = [9000, 300, 4000]
     requests = [(q_len, L) for L in lens]
     k_flat = (rng.standard_normal((sum(lens) + 2000, 1, 128)) * 0.25).astype(np.float16)
@@ -210,6 +226,7 @@ def test_decode_wrapper_graph_replays_new_lengths():
     cache_d = torch.from_numpy(cache[:, 0]).cuda()
     w.plan(torch.from_numpy(table).cuda(), torch.tensor(lens, dtype=torch.int32, device="cuda"),
            num_index_heads=heads, query_length=q_len)
+    scorer.plan(table_buf, lens_buf, num_index_heads=heads, query_length=q_len)
     out = torch.empty((heads, batch_size * q_len, 16), dtype=torch.int32, device="cuda")
     w.run(q, cache_d, out=out)  # warm-up outside the capture
     torch.cuda.synchronize()
@@ -221,8 +238,9 @@ def test_decode_wrapper_graph_replays_new_lengths():
         lens_buf.copy_(torch.tensor(step_lens, dtype=torch.int32))
         out.fill_(-7)
         graph.replay()
+        scorer.run(q, cache_d)
         torch.cuda.synchronize()
-        scores = w.scores.cpu().numpy()
+        scores = scorer.scores.cpu().numpy()
         assert np.array_equal(out.cpu().numpy(), reference_topk(scores, [(q_len, L) for L in step_lens], 16))
         assert int((out.cpu().numpy()[:, :q_len] >= 0).sum()) > 0
 
@@ -246,10 +264,12 @@ def test_decode_wrapper_fp8_e4m3_on_both_backends():
     want = reference_scores(q.float().numpy().reshape(-1, heads, 128), k_flat.float().numpy(), requests, cu_k, 1.0,
                             cols)
     for device, tol in (("cpu", 2e-4), ("cuda", 2e-3)):
-        w = msa.BatchDecodeIndexerWithPagedKVCacheWrapper()
-        w.plan(torch.from_numpy(table).to(device), torch.from_numpy(lens).to(device), num_index_heads=heads,
-               query_length=q_len)
+        w, fused = (msa.BatchDecodeIndexerWithPagedKVCacheWrapper(keep_scores=keep) for keep in (True, False))
+        for wrapper in (w, fused):
+            wrapper.plan(torch.from_numpy(table).to(device), torch.from_numpy(lens).to(device),
+                         num_index_heads=heads, query_length=q_len)
         ids = w.run(q.to(device), cache.to(device))
+        assert torch.equal(fused.run(q.to(device), cache.to(device)), ids)
         torch.cuda.synchronize()
         scores = w.scores.cpu().numpy()
         check_scores(scores[:, :, :cols], want, tol)

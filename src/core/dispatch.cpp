@@ -131,6 +131,49 @@ std::unique_ptr<TopK::Impl> make_topk_impl(int topk, const Options& options) {
   return impl;
 }
 
+namespace {
+
+void check_indexer_topk(int h_i, int d, int topk, const Options& options) {
+  validate_options(options);
+  MSA_REQUIRE(h_i >= 1 && h_i <= kMaxHeads, "h_i", std::to_string(h_i),
+              "must be in 1.." + std::to_string(kMaxHeads));
+  MSA_REQUIRE(d == 128, "d", std::to_string(d), "unsupported head dim (supported: 128)");
+  MSA_REQUIRE(topk >= 1 && topk <= 32, "topk", std::to_string(topk), "must be in 1..32");
+  MSA_REQUIRE(options.topk_ranking == TopkRanking::kExact, "options.topk_ranking",
+              topk_ranking_name(options.topk_ranking),
+              "IndexerTopK ranks exactly (the quantised ranking needs each row's score range first: use "
+              "Indexer and TopK)");
+}
+
+}  // namespace
+
+std::size_t indexer_topk_workspace_bytes(int h_i, int topk, const ProblemSize& problem, const Options& options) {
+  check_indexer_topk(h_i, 128, topk, options);
+  validate_problem(problem);
+  if (options.backend == Backend::kCpu) return 0;
+#if MSA_WITH_CUDA
+  return cuda::indexer_topk_workspace_bytes(h_i, topk, problem);
+#else
+  unsupported("indexer + top-k", options.backend);
+#endif
+}
+
+std::unique_ptr<IndexerTopK::Impl> make_indexer_topk_impl(int h_i, int d, int topk, float scale,
+                                                          const Options& options) {
+  check_indexer_topk(h_i, d, topk, options);
+  MSA_REQUIRE(std::isfinite(scale) && scale >= 0.f, "scale", std::to_string(scale),
+              "must be finite and >= 0 (0 = 1/sqrt(d))");
+  auto impl = pick<std::unique_ptr<IndexerTopK::Impl>>("indexer + top-k", options,
+                                                       [] { return cpu::make_indexer_topk(); },
+                                                       MSA_CUDA_MAKE(make_indexer_topk));
+  impl->h_i = h_i;
+  impl->d = d;
+  impl->topk = topk;
+  impl->scale = scale;
+  impl->options = options;
+  return impl;
+}
+
 std::unique_ptr<Combine::Impl> make_combine_impl(const AttentionShape& shape,
                                                  const Options& options) {
   validate_shape(shape);

@@ -59,6 +59,18 @@ struct TopK::Impl {
   Options options;
 };
 
+struct IndexerTopK::Impl {
+  virtual ~Impl() = default;
+  virtual void set_workspace(void* data, std::size_t bytes) = 0;
+  virtual void plan(const ProblemSize& problem, cudaStream_t stream) = 0;
+  virtual void run(const IndexerTopkArgs& args, cudaStream_t stream) = 0;
+  int h_i = 0;
+  int d = 0;
+  int topk = 0;
+  float scale = 0.f;
+  Options options;
+};
+
 struct Combine::Impl {
   virtual ~Impl() = default;
   virtual void plan(std::int64_t total_q, cudaStream_t stream) = 0;
@@ -75,6 +87,8 @@ std::unique_ptr<SparseDecode::Impl> make_decode_impl(const AttentionShape& shape
 std::unique_ptr<Indexer::Impl> make_indexer_impl(int h_i, int d, float scale,
                                                  const Options& options);
 std::unique_ptr<TopK::Impl> make_topk_impl(int topk, const Options& options);
+std::unique_ptr<IndexerTopK::Impl> make_indexer_topk_impl(int h_i, int d, int topk, float scale,
+                                                          const Options& options);
 std::unique_ptr<Combine::Impl> make_combine_impl(const AttentionShape& shape,
                                                  const Options& options);
 
@@ -83,12 +97,15 @@ std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSi
                                     const Options& options);
 std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                    const Options& options);
+std::size_t indexer_topk_workspace_bytes(int h_i, int topk, const ProblemSize& problem,
+                                         const Options& options);
 
 namespace cpu {
 std::unique_ptr<SparsePrefill::Impl> make_prefill();
 std::unique_ptr<SparseDecode::Impl> make_decode();
 std::unique_ptr<Indexer::Impl> make_indexer();
 std::unique_ptr<TopK::Impl> make_topk();
+std::unique_ptr<IndexerTopK::Impl> make_indexer_topk();
 std::unique_ptr<Combine::Impl> make_combine();
 std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem);
 std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem);
@@ -101,9 +118,11 @@ std::unique_ptr<SparsePrefill::Impl> make_prefill();
 std::unique_ptr<SparseDecode::Impl> make_decode();
 std::unique_ptr<Indexer::Impl> make_indexer();
 std::unique_ptr<TopK::Impl> make_topk();
+std::unique_ptr<IndexerTopK::Impl> make_indexer_topk();
 std::unique_ptr<Combine::Impl> make_combine();
 std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                     const Options& options);
+std::size_t indexer_topk_workspace_bytes(int h_i, int topk, const ProblemSize& problem);
 std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                    const Options& options);
 bool device_present();

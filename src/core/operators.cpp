@@ -15,6 +15,7 @@ MSA_MOVE_ONLY(SparsePrefill)
 MSA_MOVE_ONLY(SparseDecode)
 MSA_MOVE_ONLY(Indexer)
 MSA_MOVE_ONLY(TopK)
+MSA_MOVE_ONLY(IndexerTopK)
 MSA_MOVE_ONLY(Combine)
 #undef MSA_MOVE_ONLY
 
@@ -89,6 +90,17 @@ void Indexer::run(const IndexerArgs& args, cudaStream_t stream) { live(impl_, "I
 TopK::TopK(int topk, const Options& options) : impl_(make_topk_impl(topk, options)) {}
 void TopK::plan(const VarlenBatch& batch, cudaStream_t stream) { live(impl_, "TopK").plan(batch, stream); }
 void TopK::run(const TopkArgs& args, cudaStream_t stream) { live(impl_, "TopK").run(args, stream); }
+
+IndexerTopK::IndexerTopK(int h_i, int d, int topk, float scale, const Options& options)
+    : impl_(make_indexer_topk_impl(h_i, d, topk, scale, options)) {}
+std::size_t IndexerTopK::workspace_bytes(int h_i, int topk, const ProblemSize& problem, const Options& options) {
+  return indexer_topk_workspace_bytes(h_i, topk, problem, options);
+}
+void IndexerTopK::set_workspace(void* data, std::size_t bytes) {
+  live(impl_, "IndexerTopK").set_workspace(data, bytes);
+}
+void IndexerTopK::plan(const ProblemSize& problem, cudaStream_t stream) { live(impl_, "IndexerTopK").plan(problem, stream); }
+void IndexerTopK::run(const IndexerTopkArgs& args, cudaStream_t stream) { live(impl_, "IndexerTopK").run(args, stream); }
 
 Combine::Combine(const AttentionShape& shape, const Options& options)
     : impl_(make_combine_impl(shape, options)) {}

@@ -318,22 +318,43 @@ BatchInfo validate_decode(const AttentionShape& shape, const DecodeArgs& args,
   return info;
 }
 
-BatchInfo validate_indexer(int h_i, int d, const IndexerArgs& args, Device device) {
+namespace {
+
+// The index queries, the index-K cache and the batch of an indexer call (Indexer, IndexerTopK).
+BatchInfo validate_index_inputs(int h_i, int d, const TensorView& iq, const KvCache& index_k, const VarlenBatch& batch,
+                                Device device) {
   // Index queries and keys in one dtype: bf16, fp16, or FP8 E4M3 (MSA's q8kv8 indexers; scores
   // are the raw FP32 dot products of the E4M3 values, no descale factors).
-  const TensorView& iq = args.index_q;
   check_present(iq, "index_q");
   check_device(iq, "index_q", device);
   MSA_REQUIRE(iq.dtype == DType::kBF16 || iq.dtype == DType::kFP16 || iq.dtype == DType::kFP8E4M3, "index_q.dtype",
               to_string(iq.dtype), "expected bf16, fp16 or fp8_e4m3");
   check_rank(iq, "index_q", 3);
-  const BatchInfo info = batch_on(args.batch, device, args.index_q.dim(0));
-  check_half_shape(args.index_q, "index_q", {info.total_q, h_i, d});
-  validate_kv(args.index_k, info, 1, d, args.index_q.dtype, device, false, "index_k.");
+  const BatchInfo info = batch_on(batch, device, iq.dim(0));
+  check_half_shape(iq, "index_q", {info.total_q, h_i, d});
+  validate_kv(index_k, info, 1, d, iq.dtype, device, false, "index_k.");
+  return info;
+}
+
+}  // namespace
+
+BatchInfo validate_indexer(int h_i, int d, const IndexerArgs& args, Device device) {
+  const BatchInfo info = validate_index_inputs(h_i, d, args.index_q, args.index_k, args.batch, device);
   check_output(args.scores, "scores", device, DType::kFP32, {h_i, info.total_q, args.scores.dim(2)});
   MSA_REQUIRE(!reads_values(device) || args.scores.dim(2) >= info.max_blocks(), "scores.shape[2]",
               str(args.scores.dim(2)),
               "too narrow: needs ceil(max k_len / 128) = " + str(info.max_blocks()) + " columns");
+  return info;
+}
+
+BatchInfo validate_indexer_topk(int h_i, int d, int topk, const IndexerTopkArgs& args, std::int64_t max_k_len,
+                                Device device) {
+  const BatchInfo info = validate_index_inputs(h_i, d, args.index_q, args.index_k, args.batch, device);
+  check_output(args.topk, "topk", device, DType::kInt32, {h_i, info.total_q, topk});
+  if (reads_values(device))
+    for (std::int64_t b = 0; b < info.batch; ++b)
+      MSA_REQUIRE(info.k_len[b] <= max_k_len, "k_len[" + str(b) + "]", str(info.k_len[b]),
+                  "exceeds the planned max_k_len = " + str(max_k_len));
   return info;
 }
 

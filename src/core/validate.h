@@ -49,6 +49,10 @@ BatchInfo validate_decode(const AttentionShape& shape, const DecodeArgs& args,
                           const Options& options, Device device);
 BatchInfo validate_indexer(int h_i, int d, const IndexerArgs& args, Device device);
 BatchInfo validate_topk_args(int topk, const TopkArgs& args, Device device);
+// IndexerTopK: the indexer's inputs, topk [h_i, total_q, topk] int32, and (values) every
+// k_len <= the planned max_k_len.
+BatchInfo validate_indexer_topk(int h_i, int d, int topk, const IndexerTopkArgs& args, std::int64_t max_k_len,
+                                Device device);
 // total_q is o_partial.shape[1]; on the CPU every split count must lie in [0, topk].
 void validate_combine(const AttentionShape& shape, const CombineArgs& args, Device device,
                       bool strict = false);

@@ -1,4 +1,5 @@
 // The CPU backend's operator objects: validate, then call the reference functions.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -155,6 +156,38 @@ class TopkCpu final : public TopK::Impl {
   }
 };
 
+// The twin of the fused indexer + top-k: the indexer's scores into a buffer of
+// ceil(max_k_len / 128) columns, then the exact top-k over them (the definition the CUDA kernel
+// meets without the buffer).
+class IndexerTopkCpu final : public IndexerTopK::Impl {
+ public:
+  void set_workspace(void*, std::size_t) override {}  // the CPU twin needs none
+  void plan(const ProblemSize& problem, cudaStream_t) override {
+    planned_ = false;
+    validate_problem(problem);
+    problem_ = problem;
+    planned_ = true;
+  }
+  void run(const IndexerTopkArgs& args, cudaStream_t) override {
+    MSA_REQUIRE(planned_, "plan", "none", "call plan() before run()");
+    const BatchInfo info = validate_indexer_topk(h_i, d, topk, args, problem_.max_k_len, Device::kCpu);
+    MSA_REQUIRE(info.batch == problem_.batch, "k_len.shape[0]", std::to_string(info.batch),
+                "differs from the planned batch = " + std::to_string(problem_.batch));
+    MSA_REQUIRE(info.total_q == problem_.total_q, "index_q.shape[0]", std::to_string(info.total_q),
+                "differs from the planned total_q = " + std::to_string(problem_.total_q));
+    const std::int64_t cols = std::max<std::int64_t>(1, (problem_.max_k_len + kBlockSize - 1) / kBlockSize);
+    std::vector<float> scores(static_cast<std::size_t>(h_i) * static_cast<std::size_t>(info.total_q) *
+                              static_cast<std::size_t>(cols));
+    const TensorView sv = TensorView::contiguous(scores.data(), DType::kFP32, {h_i, info.total_q, cols});
+    cpu::indexer(IndexerArgs{args.index_q, args.index_k, args.batch, sv}, scale != 0.f ? scale : 1.f / std::sqrt(static_cast<float>(d)));
+    cpu::topk_select(TopkArgs{sv, args.batch, args.topk}, topk, TopkRanking::kExact);
+  }
+
+ private:
+  bool planned_ = false;
+  ProblemSize problem_;
+};
+
 class CombineCpu final : public Combine::Impl {
  public:
   void plan(std::int64_t, cudaStream_t) override {}
@@ -170,6 +203,7 @@ std::unique_ptr<SparsePrefill::Impl> make_prefill() { return std::make_unique<Pr
 std::unique_ptr<SparseDecode::Impl> make_decode() { return std::make_unique<DecodeCpu>(); }
 std::unique_ptr<Indexer::Impl> make_indexer() { return std::make_unique<IndexerCpu>(); }
 std::unique_ptr<TopK::Impl> make_topk() { return std::make_unique<TopkCpu>(); }
+std::unique_ptr<IndexerTopK::Impl> make_indexer_topk() { return std::make_unique<IndexerTopkCpu>(); }
 std::unique_ptr<Combine::Impl> make_combine() { return std::make_unique<CombineCpu>(); }
 
 std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem) {

@@ -1,11 +1,13 @@
 // Indexer scores (bf16, fp16, FP8 E4M3) against a brute force that walks keys in the outer loop; exact top-k against a
 // full sort, ties and n <= K rows included; the quantised ranking against MSA's 32-bit key
-// written out here, and on a row where the two rankings must disagree.
+// written out here, and on a row where the two rankings must disagree; the fused IndexerTopK's
+// twin against the full sort over the indexer's scores, and its bound and argument errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -273,6 +275,69 @@ TEST(ReferenceTopk, QuantisedRankingPutsNonFiniteScoresAtTheEnds) {
   op.run({scores.view(), batch, out.view()});
   const std::vector<std::int32_t> want = {2, 3, 6, 4, 0, 1, 7};
   EXPECT_EQ(std::vector<std::int32_t>(out.data<std::int32_t>(), out.data<std::int32_t>() + 7), want);
+}
+
+// IndexerTopK on the CPU: every row's ids as the full sort picks them from Indexer's scores, the
+// k_len bound checked by name, and the construction errors.
+TEST(ReferenceIndexerTopk, TwinIsTheSortOverIndexerScores) {
+  WorkloadSpec spec;
+  spec.shape.h_q = 4;
+  spec.shape.h_kv = 2;
+  spec.shape.topk = 8;
+  spec.h_i = 3;
+  spec.page_size = 32;
+  spec.seed = 401;
+  spec.requests = {{70, 3000}, {0, 200}, {1, 1}, {30, 1300}, {5, 133}};
+  const Workload w = msa::bench::make_workload(spec);
+  const std::int64_t max_k_len = 3300, cols = 26;  // ceil(3300 / 128)
+  HostTensor scores(DType::kFP32, {spec.h_i, w.total_q, cols});
+  msa::Indexer indexer(spec.h_i, 128);
+  indexer.run({w.index_q.view(), w.index_kv(), w.batch(), scores.view()});
+  EXPECT_EQ(msa::IndexerTopK::workspace_bytes(spec.h_i, 16, {5, w.total_q, max_k_len}), 0u);
+  for (const int k : {1, 7, 16}) {
+    SCOPED_TRACE(testing::Message() << "topk " << k);
+    HostTensor out(DType::kInt32, {spec.h_i, w.total_q, k});
+    out.fill(-99.f);
+    msa::IndexerTopK op(spec.h_i, 128, k);
+    op.plan({5, w.total_q, max_k_len});
+    op.run({w.index_q.view(), w.index_kv(), w.batch(), out.view()});
+    std::int64_t ranked = 0;
+    for (std::size_t b = 0; b < spec.requests.size(); ++b)
+      for (std::int64_t i = 0; i < spec.requests[b].q_len; ++i) {
+        const std::int64_t r = w.batch().cu_seqlens_q.ptr<const std::int32_t>()[b] + i;
+        const std::int64_t local = (spec.requests[b].k_len - spec.requests[b].q_len + i) / 128;
+        ranked += local + 1 > k;
+        for (std::int64_t g = 0; g < spec.h_i; ++g) {
+          const auto want = brute_topk(scores.data<float>() + (g * w.total_q + r) * cols, local, k);
+          const std::int32_t* got = out.data<std::int32_t>() + (g * w.total_q + r) * k;
+          ASSERT_EQ(std::vector<std::int32_t>(got, got + k), want) << "head " << g << " row " << r;
+        }
+      }
+    EXPECT_GT(ranked, 0);
+  }
+  const auto expect_error = [](const char* name, auto&& call) {
+    try {
+      call();
+      ADD_FAILURE() << "no msa::Error for " << name;
+    } catch (const msa::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  };
+  HostTensor out(DType::kInt32, {spec.h_i, w.total_q, 16});
+  out.fill(-99.f);
+  msa::IndexerTopK op(spec.h_i, 128, 16);
+  const msa::IndexerTopkArgs args{w.index_q.view(), w.index_kv(), w.batch(), out.view()};
+  expect_error("plan", [&] { op.run(args); });
+  op.plan({5, w.total_q, 2999});  // request 0 has 3000 tokens
+  expect_error("k_len[0]", [&] { op.run(args); });
+  op.plan({4, w.total_q, 3000});
+  expect_error("k_len.shape[0]", [&] { op.run(args); });
+  for (std::int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(out.data<std::int32_t>()[i], -99) << "written at " << i;
+  msa::Options quantised;
+  quantised.topk_ranking = msa::TopkRanking::kQuantised16;
+  expect_error("options.topk_ranking", [&] { msa::IndexerTopK bad(4, 128, 16, 0.f, quantised); });
+  expect_error("topk", [&] { msa::IndexerTopK bad(4, 128, 0); });
+  expect_error("d", [&] { msa::IndexerTopK bad(4, 64, 16); });
 }
 
 }  // namespace

@@ -6,6 +6,10 @@
 // index queries and keys (e4m3 WGMMAs) in both forms, against the twin on the same E4M3 values;
 // bitwise reproducibility, a CUDA graph replayed with new lengths and queries, invisible tokens on
 // out-of-range pages, and strict mode's page-table check before anything is written.
+// The fused indexer + top-k (msa::IndexerTopK) against its definition, TopK's exact selection
+// (CPU twin) over the CUDA indexer's scores, id for id: both unit splits (rows whole in one unit,
+// rows merged from several), top-k 1..32 (lists of 15 and 31), both layouts, FP8, ties, NaN
+// blocks, a k_len bound above the lengths, a graph replay, and its argument errors.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -45,6 +49,10 @@ struct Case {
   int extra_cols = 0;  // score columns past ceil(max k_len / 128)
   int pitch_pad = 0;   // padding after each score row
   int head_pad = 0;    // index_q head stride d + head_pad
+  bool tied_keys = false;  // request 0's keys of block j all equal to level(j) times its first
+                           // key (levels 1-4 in a rising cycle: every block ties with a quarter
+                           // of the others, and later blocks displace earlier ties), but block
+                           // 3, all NaN (its score NaN, ranked below every number)
   std::uint64_t seed = 1;
 };
 
@@ -75,6 +83,16 @@ Workload make(const Case& c) {
         const std::int64_t page = w.page_table.data<std::int32_t>()[std::int64_t(b) * max_pages + t / ps];
         for (std::int64_t i = 0; i < 128; ++i) w.index_k.data<std::uint16_t>()[(page * ps + t % ps) * 128 + i] = 0x7FC0;
       }
+  }
+  if (c.tied_keys) {  // paged caches only
+    const std::int64_t ps = c.page_size;
+    const auto* pt = w.page_table.data<std::int32_t>();
+    const std::int64_t first = pt[0] * ps * 128;
+    for (std::int64_t t = 1; t < c.requests[0].k_len; ++t) {
+      const std::int64_t row = (pt[t / ps] * ps + t % ps) * 128, block = t / 128;
+      for (std::int64_t i = 0; i < 128; ++i)
+        w.index_k.set(row + i, block == 3 ? NAN : static_cast<float>(1 + block % 4) * w.index_k.get(first + i));
+    }
   }
   if (fp8) {
     w.index_q = fp8_copy(w.index_q);
@@ -365,6 +383,231 @@ TEST(IndexerCuda, EmptyBatchAndArgumentErrors) {
   } catch (const msa::Error& e) {
     EXPECT_NE(std::string(e.what()).find("index_k.k.dtype"), std::string::npos) << e.what();
   }
+}
+
+// ---- the fused indexer + top-k -----------------------------------------------------------
+
+struct FusedCase {
+  Case c;
+  int k = 16;
+  std::int64_t extra_len = 0;  // planned max_k_len past the longest request
+  bool query_major = false;    // topk as [total_q, h_i, k] seen through an [h_i, total_q, k] view
+  int split = 0;               // 1: rows must be whole in one unit (no merge); 2: split; 0: either
+};
+
+std::int64_t max_len(const std::vector<Request>& requests) {
+  std::int64_t m = 0;
+  for (const Request& r : requests) m = std::max<std::int64_t>(m, r.k_len);
+  return m;
+}
+
+// The definition: the CPU TopK (exact) over scores [h_i, total_q, cols].
+HostTensor topk_of(const Workload& w, const HostTensor& scores, int h_i, int k) {
+  HostTensor ids(DType::kInt32, {h_i, w.total_q, k});
+  msa::TopK op(k);
+  op.run({scores.view(), w.batch(), ids.view()});
+  return ids;
+}
+
+// IndexerTopK on the device; ids as [h_i, total_q, k] whatever the layout it wrote.
+HostTensor run_fused(const Workload& w, const FusedCase& f, std::int64_t max_k_len, bool strict = false) {
+  const int h_i = f.c.h_i;
+  const DeviceInputs in(w, w.index_q, w.index_q.view());
+  HostTensor out(DType::kInt32, f.query_major ? std::vector<std::int64_t>{w.total_q, h_i, f.k}
+                                              : std::vector<std::int64_t>{h_i, w.total_q, f.k});
+  DeviceTensor d_out(out);
+  d_out.poison(out);
+  msa::TensorView view = d_out.view;
+  if (f.query_major)
+    view = msa::TensorView::strided(d_out.ptr, DType::kInt32, {h_i, w.total_q, f.k}, {f.k, h_i * f.k, 1},
+                                    msa::Device::kCuda);
+  msa::IndexerTopK op(h_i, 128, f.k, 0.f, cuda_options(strict));
+  op.plan({static_cast<std::int64_t>(f.c.requests.size()), w.total_q, max_k_len});
+  const msa::IndexerArgs a = in.args({});
+  op.run({a.index_q, a.index_k, a.batch, view});
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  d_out.download(out);
+  if (!f.query_major) return out;
+  HostTensor ids(DType::kInt32, {h_i, w.total_q, f.k});
+  for (int h = 0; h < h_i; ++h)
+    for (std::int64_t q = 0; q < w.total_q; ++q)
+      for (int s = 0; s < f.k; ++s)
+        ids.data<std::int32_t>()[(h * w.total_q + q) * f.k + s] = out.data<std::int32_t>()[(q * h_i + h) * f.k + s];
+  return ids;
+}
+
+// Rows whose ids differ (the first few printed); rows that rank candidates (local >= k) counted
+// into `ranked`, so that a case which never reaches the selection cannot pass silently.
+int id_mismatches(const HostTensor& got, const HostTensor& want, int k, int* ranked) {
+  int bad = 0;
+  *ranked = 0;
+  const std::int64_t rows = want.numel() / k;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto* g = got.data<std::int32_t>() + r * k;
+    const auto* e = want.data<std::int32_t>() + r * k;
+    if (e[k - 1] >= k) ++*ranked;
+    if (std::memcmp(g, e, sizeof(std::int32_t) * static_cast<std::size_t>(k)) == 0) continue;
+    if (++bad <= 3) {
+      std::string line = "row " + std::to_string(r) + ": got";
+      for (int s = 0; s < k; ++s) line += " " + std::to_string(g[s]);
+      line += " | want";
+      for (int s = 0; s < k; ++s) line += " " + std::to_string(e[s]);
+      ADD_FAILURE() << line;
+    }
+  }
+  return bad;
+}
+
+void check_fused(const FusedCase& f) {
+  const Workload w = make(f.c);
+  const std::int64_t max_k_len = max_len(f.c.requests) + f.extra_len;
+  const std::int64_t cols = std::max<std::int64_t>(1, (max_k_len + 127) / 128);
+  const msa::ProblemSize problem{static_cast<std::int64_t>(f.c.requests.size()), w.total_q, max_k_len};
+  const std::size_t ws = msa::IndexerTopK::workspace_bytes(f.c.h_i, f.k, problem, cuda_options());
+  if (f.split == 1) EXPECT_EQ(ws, 0u) << "expected every row whole in one unit";
+  if (f.split == 2) EXPECT_GT(ws, 0u) << "expected rows split over units (the merge)";
+  const HostTensor want = topk_of(w, run_cuda(w, f.c, cols), f.c.h_i, f.k);
+  const HostTensor got = run_fused(w, f, max_k_len);
+  int ranked = 0;
+  EXPECT_EQ(id_mismatches(got, want, f.k, &ranked), 0);
+  EXPECT_GT(ranked, 0) << "no row ranks its candidates";
+}
+
+TEST(IndexerTopkCuda, MergedRowsOnEveryPageSizeAndFlat) {
+  MSA_SKIP_WITHOUT_GPU();
+  for (const int ps : {16, 32, 64, 128, 0}) {
+    SCOPED_TRACE(testing::Message() << "page " << ps);
+    check_fused({.c = {.requests = kChunked, .page_size = ps, .seed = 210u + ps}, .split = 2});
+  }
+}
+
+// 275 tiles of 4 queries x 64 heads: every row whole in one unit, its ids written by the indexer
+// kernel itself; top-k 1..32 on both unit splits.
+TEST(IndexerTopkCuda, WholeRowsAndEveryTopkWidth) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::vector<Request> many = {{1060, 5000}, {40, 900}};
+  for (const int k : {16, 1, 5, 32}) {
+    SCOPED_TRACE(testing::Message() << "whole rows, k " << k);
+    check_fused({.c = {.requests = many, .h_i = 64, .page_size = 64, .seed = 220u + k}, .k = k, .split = 1});
+  }
+  const std::vector<Request> longer = {{70, 1000}, {0, 200}, {1, 1}, {300, 6000}, {5, 133}, {2, 4500}};
+  for (const int k : {1, 2, 15, 17, 32}) {
+    SCOPED_TRACE(testing::Message() << "merged rows, k " << k);
+    check_fused({.c = {.requests = longer, .page_size = 32, .seed = 230u + k}, .k = k, .split = 2});
+  }
+}
+
+TEST(IndexerTopkCuda, DecodeLayoutFp8TiesAndBounds) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::vector<Request> decode = {{8, 8}, {8, 129}, {8, 5000}, {8, 1023}, {8, 20000}, {8, 64}};
+  check_fused({.c = {.requests = decode, .page_size = 128, .seed = 241}, .query_major = true});
+  check_fused({.c = {.requests = decode, .h_i = 1, .page_size = 64, .dtype = DType::kFP8E4M3, .seed = 242},
+               .query_major = true});
+  check_fused({.c = {.requests = kChunked, .page_size = 64, .dtype = DType::kFP8E4M3, .seed = 243}});
+  if (msa::test::fp16_instances_built())
+    check_fused({.c = {.requests = kChunked, .h_i = 3, .dtype = DType::kFP16, .seed = 244}});
+  // Ties everywhere but a NaN block, merged and whole rows: ids by the smaller id, NaN last.
+  check_fused({.c = {.requests = {{300, 3000}, {5, 133}}, .page_size = 64, .tied_keys = true, .seed = 245}});
+  check_fused({.c = {.requests = {{1100, 3000}}, .h_i = 64, .page_size = 64, .tied_keys = true, .seed = 246},
+               .split = 1});
+  // A bound far above the lengths: more columns per unit, same ids.
+  check_fused({.c = {.requests = kChunked, .page_size = 16, .seed = 247}, .extra_len = 50000});
+  check_fused({.c = {.requests = {{6000, 6000}}, .page_size = 128, .seed = 248}});
+}
+
+TEST(IndexerTopkCuda, BitwiseReproducibleAndGraphReplay) {
+  MSA_SKIP_WITHOUT_GPU();
+  const FusedCase f{.c = {.requests = {{40, 5000}, {3, 300}, {17, 9000}}, .page_size = 64, .seed = 251}};
+  Workload w = make(f.c);
+  const std::int64_t max_k_len = 9000;
+  const HostTensor first = run_fused(w, f, max_k_len);
+  const HostTensor again = run_fused(w, f, max_k_len);
+  EXPECT_EQ(std::memcmp(first.raw(), again.raw(), first.bytes()), 0);
+
+  // run() captured once, replayed after new lengths and queries land in the same buffers.
+  const DeviceInputs in(w, w.index_q, w.index_q.view());
+  HostTensor out(DType::kInt32, {f.c.h_i, w.total_q, f.k});
+  DeviceTensor d_out(out);
+  msa::IndexerTopK op(f.c.h_i, 128, f.k, 0.f, cuda_options());
+  op.plan({3, w.total_q, max_k_len});
+  const msa::IndexerArgs a = in.args({});
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  op.run({a.index_q, a.index_k, a.batch, d_out.view}, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    w.k_len.data<std::int32_t>()[0] = 5000 - 1100 * step;
+    w.k_len.data<std::int32_t>()[2] = 9000 - 2500 * step;
+    w.index_q = make({.requests = f.c.requests, .page_size = 64, .seed = 260u + step}).index_q;
+    in.q.upload(w.index_q);
+    in.k_len.upload(w.k_len);
+    d_out.poison(out);
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    d_out.download(out);
+    const HostTensor want = topk_of(w, run_cuda(w, f.c, (max_k_len + 127) / 128), f.c.h_i, f.k);
+    int ranked = 0;
+    EXPECT_EQ(id_mismatches(out, want, f.k, &ranked), 0);
+    EXPECT_GT(ranked, 0);
+  }
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+// k_len above the planned bound: strict mode names it before writing; otherwise blocks past
+// the bound are not ranked, exactly as TopK over the indexer's scores cut at the bound.
+TEST(IndexerTopkCuda, LengthsPastTheBoundAndArgumentErrors) {
+  MSA_SKIP_WITHOUT_GPU();
+  const FusedCase f{.c = {.requests = {{30, 4000}, {8, 2500}}, .page_size = 64, .seed = 271}};
+  const Workload w = make(f.c);
+  const std::int64_t bound = 2000;  // 16 columns
+  try {
+    run_fused(w, f, bound, /*strict=*/true);
+    FAIL() << "no msa::Error";
+  } catch (const msa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k_len[0]"), std::string::npos) << e.what();
+  }
+  // The definition on the device: the indexer's scores cut at 16 columns, then TopK.
+  const DeviceInputs in(w, w.index_q, w.index_q.view());
+  HostTensor scores(DType::kFP32, {f.c.h_i, w.total_q, 16});
+  DeviceTensor d_scores(scores);
+  HostTensor want(DType::kInt32, {f.c.h_i, w.total_q, f.k});
+  DeviceTensor d_want(want);
+  msa::Indexer indexer(f.c.h_i, 128, 0.f, cuda_options());
+  indexer.run(in.args(d_scores.view));
+  msa::TopK topk(f.k, cuda_options());
+  topk.run({d_scores.view, in.args({}).batch, d_want.view});
+  CUDA_OK(cudaDeviceSynchronize());
+  d_want.download(want);
+  int ranked = 0;
+  EXPECT_EQ(id_mismatches(run_fused(w, f, bound), want, f.k, &ranked), 0);
+  EXPECT_GT(ranked, 0);
+
+  const auto expect_error = [](const char* name, auto&& call) {
+    try {
+      call();
+      ADD_FAILURE() << "no msa::Error for " << name;
+    } catch (const msa::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  };
+  msa::Options quantised = cuda_options();
+  quantised.topk_ranking = msa::TopkRanking::kQuantised16;
+  expect_error("options.topk_ranking", [&] { msa::IndexerTopK op(4, 128, 16, 0.f, quantised); });
+  expect_error("topk", [&] { msa::IndexerTopK op(4, 128, 33, 0.f, cuda_options()); });
+  msa::IndexerTopK op(f.c.h_i, 128, f.k, 0.f, cuda_options());
+  const msa::IndexerArgs a = in.args({});
+  expect_error("plan", [&] { op.run({a.index_q, a.index_k, a.batch, d_want.view}); });
+  op.plan({2, w.total_q + 1, 4000});
+  expect_error("index_q.shape[0]", [&] { op.run({a.index_q, a.index_k, a.batch, d_want.view}); });
+  op.plan({2, w.total_q, 4000});
+  expect_error("topk", [&] { op.run({a.index_q, a.index_k, a.batch, want.view()}); });  // host memory
 }
 
 }  // namespace

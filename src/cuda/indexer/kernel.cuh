@@ -6,6 +6,10 @@
 //   builders (warps 1-3)  gather each unit's Q rows into the next Q buffer, then write the
 //                         unit's columns that no row sees (-inf)
 //   consumers (2 x 128)   S = Q K^T per block (WGMMA), masked row maxima, scores stored
+// With kList > 0 (the fused indexer + top-k) no score is stored: each row's scores go into a
+// list of its kList best candidates held in registers by the lane that owns the row (RowTop), and
+// at the end of a unit the list becomes the row's top-k ids (a unit covering all of its row's
+// columns) or a partial list that merge.cu combines with the row's other units' lists.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +19,7 @@
 #include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/tensor.hpp>
 
+#include "core/topk_key.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/indexer/config.h"
 #include "cuda/indexer/params.h"
@@ -86,7 +91,7 @@ __device__ void loader(const IndexerParams& p, const IndexerTma& tma, Storage<T>
 // tile's are left as they are: their results are never stored); then -inf into the unit's
 // columns past the computed ones. The rows come as 16-byte cp.async copies, all in flight
 // together, swizzled as TMA would write them. 96 threads.
-template <class T>
+template <class T, int kList>
 __device__ void builders(const IndexerParams& p, Storage<T>& smem, std::int64_t total_tiles, std::int64_t units) {
   using Element = typename T::Element;
   const int bt = opaque_tid() - 32;  // 0..95
@@ -119,6 +124,7 @@ __device__ void builders(const IndexerParams& p, Storage<T>& smem, std::int64_t 
       cutlass::arch::fence_view_async_shared();  // the gathered rows, to WGMMA
     }
     Barrier64::arrive(&smem.q_full[qb]);
+    if constexpr (kList > 0) continue;  // the fused top-k stores no score
     // Columns no row of the tile sees: (row, column) pairs in row-major order, so that
     // neighbouring threads write neighbouring columns.
     const int width = unit.col_end - unit.compute_end;
@@ -187,10 +193,89 @@ struct RowWriter {
   }
 };
 
+// The fused top-k's row state (kList > 0): the best kList candidate blocks of the row seen so far
+// in this unit, by rank descending (rank: core/topk_key.h's exact rank bits, the key's upper
+// half, with NaN as 1 and an empty slot as 0, below every number). A unit offers its columns in
+// increasing order, so a rank equal to a listed one goes behind it: ties to the smaller id, as
+// TopK ranks. Registers only (fully unrolled): 2 kList of them.
+template <int kList>
+struct RowTop {
+  std::uint32_t rank[kList];
+  int id[kList];
+
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int i = 0; i < kList; ++i) rank[i] = 0u, id[i] = -1;
+  }
+  static __device__ __forceinline__ std::uint32_t rank_of(float v) {
+    const std::uint32_t r = static_cast<std::uint32_t>(topk_key::exact(v, 0) >> 32);
+    return v != v ? 1u : r;  // -inf ranks 0x007fffff, so 1 is below every number
+  }
+  // Column c of score v, when it beats the last entry: one pass down the list that puts it
+  // before the first entry it beats, then moves every later entry down one slot (a displaced
+  // entry goes before later equal ones, which came after it).
+  __device__ __forceinline__ void offer(float v, int c) {
+    std::uint32_t r = rank_of(v);
+    if (r <= rank[kList - 1]) return;
+    bool placed = false;
+#pragma unroll
+    for (int i = 0; i < kList; ++i) {
+      const bool take = placed || r > rank[i];
+      const std::uint32_t r_out = take ? rank[i] : r;
+      const int c_out = take ? id[i] : c;
+      rank[i] = take ? r : rank[i];
+      id[i] = take ? c : id[i];
+      r = r_out;
+      c = c_out;
+      placed = take;
+    }
+  }
+  // Entry i as TopK's 64-bit key (0 when empty).
+  __device__ __forceinline__ std::uint64_t key(int i) const {
+    return rank[i] == 0u ? 0u : topk_key::with_id(rank[i] == 1u ? 0u : rank[i], id[i]);
+  }
+};
+
+// The row of the fused top-k a lane owns in a unit.
+struct TopRow {
+  std::int64_t index = -1;  // h * total_q + q, or -1 (no row: padding)
+  int head = 0;
+  int query = 0;            // q, the packed query row
+  int local = 0;            // the query's local block (TopK's: pos / 128, 0 for pos <= 0)
+  int ranked = 0;           // candidates: blocks [0, min(local, cols))
+};
+
+// The end of a unit for the fused top-k: the row's k ids when the unit covers every column
+// (p.chunks == 1), else the unit's list as keys into the row's slot of p.partial when the unit
+// holds a candidate of the row (merge.cu reads exactly those slots).
+template <int kList>
+__device__ __forceinline__ void finish_row(const IndexerParams& p, const TopRow& row, const RowTop<kList>& top,
+                                           int col0) {
+  if (row.index < 0) return;
+  if (p.chunks == 1) {
+    std::int32_t* out =
+        p.topk + std::int64_t{row.head} * p.stride_topk_head + std::int64_t{row.query} * p.stride_topk_token;
+    const std::int64_t ss = p.stride_topk_slot;
+    if (row.local < p.k) {  // n = local + 1 <= k: every block, then -1
+      for (int s = 0; s < p.k; ++s) out[s * ss] = s <= row.local ? s : -1;
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < kList; ++i)
+      if (i < p.k - 1) out[i * ss] = top.id[i];  // -1: fewer candidates than k - 1 (cols < local)
+    out[(p.k - 1) * ss] = row.local;
+    return;
+  }
+  if (row.local < p.k || col0 >= row.ranked) return;
+  std::uint64_t* slot = p.partial + (row.index * p.chunks + col0 / p.chunk_cols) * kList;
+#pragma unroll
+  for (int i = 0; i < kList; ++i) slot[i] = top.key(i);
+}
+
 // Consumers: per unit and computed block, S = Q K^T for this warpgroup's 128 rows, then each
 // row's maximum over the tokens it sees (all of them left of the tile's first diagonal block on
 // valid pages), scaled, into scores. wt: thread in the warpgroup (0..127), wg: warpgroup.
-template <class T>
+template <class T, int kList>
 __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t units, int wg) {
   using namespace cute;
   const int wt = opaque_tid() % 128;
@@ -212,6 +297,8 @@ __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t
     // this lane stores (lane j of a quad stores row j of the four), or none.
     int pos[2][2];
     RowWriter out;
+    TopRow row;
+    RowTop<(kList > 0 ? kList : 1)> top;
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -219,9 +306,20 @@ __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t
         const int r = wg * T::kWarpgroupRows + get<0>(coord(make_coord(0, half, 0), m, 0));
         const int qi = r / p.h_i, h = r - qi * p.h_i;
         pos[m][half] = unit.pos0 + qi;
-        if (wt % 4 == 2 * m + half && r < unit.rows)
-          out.row = p.scores + std::int64_t{h} * p.stride_scores_head + std::int64_t{unit.q0 + qi} * p.stride_scores_token;
+        if (wt % 4 == 2 * m + half && r < unit.rows) {
+          if constexpr (kList > 0) {
+            row.index = std::int64_t{h} * p.total_q + unit.q0 + qi;
+            row.head = h;
+            row.query = unit.q0 + qi;
+            row.local = pos[m][half] <= 0 ? 0 : pos[m][half] / kBlockSize;
+            row.ranked = min(row.local, p.cols);
+          } else {
+            out.row = p.scores + std::int64_t{h} * p.stride_scores_head +
+                      std::int64_t{unit.q0 + qi} * p.stride_scores_token;
+          }
+        }
       }
+    if constexpr (kList > 0) top.clear();
     const int c0 = get<1>(coord(make_coord(0, 0, 0), 0, 0));  // this thread's first column
     // Blocks left of this one are wholly visible to every row of the tile (pos0 is its least).
     const int full_end = unit.pos0 >= 0 ? (unit.pos0 + 1) / kBlockSize : 0;
@@ -269,13 +367,18 @@ __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t
         for (int half = 0; half < 2; ++half) best[m][half] = quad_max(best[m][half]);
       const int j = wt % 4;
       const float mine = j == 0 ? best[0][0] : j == 1 ? best[0][1] : j == 2 ? best[1][0] : best[1][1];
-      out.put(col, mine * p.scale, col + 1 == unit.compute_end, p.stride_scores_col);
+      if constexpr (kList > 0) {
+        if (col < row.ranked) top.offer(mine * p.scale, col);
+      } else {
+        out.put(col, mine * p.scale, col + 1 == unit.compute_end, p.stride_scores_col);
+      }
     }
     Barrier64::arrive(&smem.q_empty[qb]);
+    if constexpr (kList > 0) finish_row<kList>(p, row, top, unit.col0);
   }
 }
 
-template <class T>
+template <class T, int kList>
 __global__ void __launch_bounds__(kThreads, 1)
     indexer_kernel(const __grid_constant__ IndexerParams p, const __grid_constant__ IndexerTma tma) {
   extern __shared__ std::uint8_t smem_raw[];
@@ -295,12 +398,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid < 32)
       loader<T>(p, tma, smem, total_tiles, units);
     else
-      builders<T>(p, smem, total_tiles, units);
+      builders<T, kList>(p, smem, total_tiles, units);
   } else {
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     // The consumers learn each unit from the builders; they need only the count.
     const std::int64_t units = count_tiles(p, tid % 32) * p.chunks;
-    consumers<T>(p, smem, units, (tid - 128) / 128);
+    consumers<T, kList>(p, smem, units, (tid - 128) / 128);
   }
   allow_next_grid();
 }

@@ -13,15 +13,17 @@
 
 namespace msa::cuda {
 
-template <DType kDtype>
+template <DType kDtype, int kList>
 void launch_indexer(const IndexerParams& p, const IndexerTma& tma, int sm_count, cudaStream_t stream) {
   using T = indexer_sm90::Traits<kDtype>;
   using Storage = indexer_sm90::Storage<T>;
-  constexpr auto* kernel = indexer_sm90::indexer_kernel<T>;
+  constexpr auto* kernel = indexer_sm90::indexer_kernel<T, kList>;
   constexpr std::size_t smem = prefill_sm90::smem_bytes<Storage>();
   static_assert(smem <= 227 * 1024, "shared memory plan exceeds the sm_90 limit");
   MSA_ASSERT(p.batch >= 1 && p.h_i >= 1 && p.h_i <= T::kTileRows && p.queries_per_tile == T::kTileRows / p.h_i);
   MSA_ASSERT(p.cols >= 1 && p.chunk_cols >= 1 && p.chunks == (p.cols + p.chunk_cols - 1) / p.chunk_cols);
+  MSA_ASSERT(kList == 0 ? p.scores != nullptr
+                        : p.topk != nullptr && p.k >= 1 && p.k <= kList + 1 && (p.chunks == 1 || p.partial != nullptr));
   if (p.total_q <= 0) return;
   static const bool configured = [] {
     MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));

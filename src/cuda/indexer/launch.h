@@ -3,7 +3,10 @@
 // generated instance files. The operator layer (src/cuda/api/indexer.cpp) has validated p.
 #pragma once
 
+#include <cstddef>
+
 #include "cuda/indexer/params.h"
+#include "msa/plan.h"
 #include "msa/tensor.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -20,7 +23,34 @@ int indexer_chunk_cols(std::int64_t total_q, int queries_per_tile, int cols, int
 // memory is addressed. min(sm_count, units) persistent CTAs; programmatic dependent launch
 // (waits for the previous kernel before reading anything). Graph-capturable, bitwise
 // reproducible (every score is one warpgroup's WGMMA of one block).
-template <DType kDtype>
+//
+// kList > 0 is the fused indexer + top-k (p.topk instead of p.scores; p.k <= kList + 1): rows
+// whose units cover all their columns (p.chunks == 1) get their ids here, the others a partial
+// list per unit in p.partial, which launch_indexer_merge then turns into ids.
+template <DType kDtype, int kList>
 void launch_indexer(const IndexerParams& p, const IndexerTma& tma, int sm_count, cudaStream_t stream);
+
+// The fused top-k's merge (p.chunks > 1; merge.cu): per (head, query) row, the best k - 1 keys of
+// its units' lists in p.partial, then the row's ids as TopK writes them (the local block last,
+// n <= k rows as 0..n-1 then -1). Programmatic dependent launch after the indexer kernel.
+void launch_indexer_merge(const IndexerParams& p, int list, cudaStream_t stream);
+
+// The fused indexer + top-k's unit split, from host sizes only (no GPU needed, so that
+// workspace_bytes is the same number everywhere). Batches of at least kIndexerTopkWholeRowTiles
+// query tiles keep every row in one unit (ids written by the indexer kernel, no merge, no
+// scratch); smaller ones (decode steps, short chunks) split their columns towards
+// kIndexerTopkUnits units of at least 16 columns, each leaving a list per row for the merge.
+// Both numbers measured on the H100 (docs/performance.md step 19): 4 units per SM left the
+// decode form 4-10% slower than the separate operators, 8 per SM 4-6% faster.
+constexpr int kIndexerTopkWholeRowTiles = 264;  // 2 tiles per SM of a 132-SM H100
+constexpr int kIndexerTopkUnits = 1056;         // 8 units per SM
+struct IndexerTopkSplit {
+  int cols = 1;                     // ranked columns: ceil(max_k_len / 128), at least 1
+  int chunk_cols = 1;               // columns per unit
+  int chunks = 1;                   // units per tile
+  int list = 15;                    // the kernel instance's kList: 15 for topk <= 16, else 31
+  std::size_t workspace_bytes = 0;  // the partial lists [h_i * total_q, chunks, list] (chunks > 1)
+};
+IndexerTopkSplit indexer_topk_split(int h_i, int topk, const ProblemSize& problem);
 
 }  // namespace msa::cuda

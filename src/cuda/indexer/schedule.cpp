@@ -15,4 +15,29 @@ int indexer_chunk_cols(std::int64_t total_q, int queries_per_tile, int cols, int
   return (cols + chunks - 1) / chunks;
 }
 
+IndexerTopkSplit indexer_topk_split(int h_i, int topk, const ProblemSize& problem) {
+  IndexerTopkSplit s;
+  const std::int64_t cols = (problem.max_k_len + kBlockSize - 1) / kBlockSize;
+  s.cols = static_cast<int>(std::max<std::int64_t>(1, cols));
+  s.list = topk <= 16 ? 15 : 31;
+  // Tiles: each request's queries in tiles of queries_per_tile, so at least one per request
+  // that has queries.
+  const int per_tile = kIndexerTileRows / h_i;
+  const std::int64_t tiles = std::max<std::int64_t>(
+      {1, (problem.total_q + per_tile - 1) / per_tile, std::min(problem.batch, problem.total_q)});
+  if (tiles >= kIndexerTopkWholeRowTiles) {
+    s.chunk_cols = s.cols;
+    return s;
+  }
+  // As indexer_chunk_cols: a unit of fewer than 16 columns would gather its Q for little K.
+  const std::int64_t want = (kIndexerTopkUnits + tiles - 1) / tiles;
+  const auto chunks = static_cast<int>(std::clamp<std::int64_t>(want, 1, std::max(1, s.cols / 16)));
+  s.chunk_cols = (s.cols + chunks - 1) / chunks;
+  s.chunks = (s.cols + s.chunk_cols - 1) / s.chunk_cols;
+  if (s.chunks > 1)
+    s.workspace_bytes = static_cast<std::size_t>(h_i) * static_cast<std::size_t>(problem.total_q) *
+                        static_cast<std::size_t>(s.chunks) * static_cast<std::size_t>(s.list) * sizeof(std::uint64_t);
+  return s;
+}
+
 }  // namespace msa::cuda

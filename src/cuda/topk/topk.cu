@@ -1,14 +1,9 @@
 // The top-k kernel: one warp per (head, query) row, in both rankings (msa::TopkRanking; the keys
-// are core/topk_key.h's, shared with the CPU twin). The warp keeps the row's best k - 1 keys so
-// far as one sorted list across its lanes (lane s holds the s-th best). Lane l reads columns
-// 128 j + 4 l .. + 3 (16-byte loads where the row allows them).
-//
-// Pass 1 takes each lane's largest key and sorts the 32 lane maxima across the warp (bitonic):
-// the list starts as their best k - 1, so the bar a candidate must beat is already near its final
-// value. Pass 2 takes the row's keys again (the first 256 columns' kept in registers, the rest
-// re-read from L1/L2) and inserts only the keys above the bar that are not already listed (a lane's own maximum): a ballot finds them, each goes in with one ballot
-// (its position) and one shuffle (the worse keys move down). Before both, the quantised ranking
-// takes the row's finite minimum and maximum (pass 0).
+// are core/topk_key.h's, shared with the CPU twin). Lane l reads columns 128 j + 4 l .. + 3
+// (16-byte loads where the row allows them) and the warp keeps the row's best k - 1 keys as
+// warp_select.cuh describes (sorted lane maxima, then the few keys above the bar inserted; the
+// first 256 columns' keys kept in registers between the two passes). Before both, the quantised
+// ranking takes the row's finite minimum and maximum (pass 0).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,15 +14,15 @@
 #include "cuda/common/check.h"
 #include "cuda/plan/tile_keys.cuh"
 #include "cuda/topk/launch.h"
+#include "cuda/topk/warp_select.cuh"
 
 namespace msa::cuda {
 
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr unsigned kAll = 0xffffffffu;
-constexpr int kChunk = 128;  // columns per warp step: 4 per lane
-constexpr int kCached = 2;   // chunks whose keys pass 1 keeps in registers for pass 2
+using topk_select::kAll;
+using topk_select::kGroup;
 
 // Columns c .. c + 3 of the row (c = chunk start + 4 lane); those at or past n read as NaN
 // and are masked by the caller.
@@ -50,22 +45,6 @@ struct Ranker {
     return kQuantised ? topk_key::quantised(v, c, z) : topk_key::exact(v, c);
   }
 };
-
-// Sorts one key per lane across the warp, descending (lane 0 the largest).
-__device__ __forceinline__ std::uint64_t warp_sort_descending(std::uint64_t x, int lane) {
-#pragma unroll
-  for (int k = 2; k <= 32; k <<= 1) {
-#pragma unroll
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      const std::uint64_t y = __shfl_xor_sync(kAll, x, j);
-      // In a descending run (lane & k == 0) the lower lane of a pair keeps the larger key. Keys
-      // are unique but for the empty 0, so one comparison says which of the two to keep.
-      const bool keep_larger = ((lane & j) == 0) == ((lane & k) == 0);
-      x = (y > x) == keep_larger ? y : x;
-    }
-  }
-  return x;
-}
 
 template <bool kQuantised, bool kVector>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkParams p) {
@@ -95,7 +74,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
     Ranker<kQuantised> rank;
     if constexpr (kQuantised) {  // pass 0: the finite range of the row
       float lo = FLT_MAX, hi = -FLT_MAX;
-      for (int c0 = 0; c0 < n; c0 += kChunk) {
+      for (int c0 = 0; c0 < n; c0 += kGroup) {
         float v[4];
         load4<kVector>(sc, stride, c0 + 4 * lane, n, v);
 #pragma unroll
@@ -109,64 +88,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
       }
       rank.z = topk_key::quantiser(lo, hi);
     }
-    // This lane's keys of the chunk at c0 (columns c0 + 4 lane .. + 3); 0 past n.
-    const auto chunk_keys = [&](int c0, std::uint64_t(&key)[4]) {
+    // This lane's keys of the group at c0 (columns c0 + 4 lane .. + 3); 0 past n.
+    const auto keys_of = [&](int c0, std::uint64_t(&key)[4]) {
       const int c = c0 + 4 * lane;
       float v[4];
       load4<kVector>(sc, stride, c, n, v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) key[e] = c + e < n ? rank.key(v[e], c + e) : 0;
     };
-
-    // Pass 1: this lane's best key (0: no column), then the list = the best of the lane maxima.
-    // The first kCached chunks' keys stay in registers for pass 2.
-    std::uint64_t cached[kCached][4];
-    std::uint64_t own = 0;
-#pragma unroll
-    for (int j = 0; j < kCached; ++j) {
-      chunk_keys(j * kChunk, cached[j]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) own = max(own, cached[j][e]);
-    }
-    for (int c0 = kCached * kChunk; c0 < n; c0 += kChunk) {
-      std::uint64_t key[4];
-      chunk_keys(c0, key);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) own = max(own, key[e]);
-    }
-    std::uint64_t mine = warp_sort_descending(own, lane);
-    std::uint64_t bar = __shfl_sync(kAll, mine, want - 1);
-
-    // Pass 2: the keys above the bar not yet listed, inserted one at a time.
-    const auto insert = [&](std::uint64_t(&key)[4]) {
-      bool any = false;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (key[e] == own) key[e] = 0;  // already in the list
-        any |= key[e] > bar;
-      }
-      if (__ballot_sync(kAll, any) == 0u) return;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        for (unsigned pending = __ballot_sync(kAll, key[e] > bar); pending != 0u; pending &= pending - 1u) {
-          const std::uint64_t y = __shfl_sync(kAll, key[e], __ffs(pending) - 1);
-          if (y <= bar) continue;  // beaten by an earlier insertion (warp-uniform)
-          // y goes to position `at` (the count of better listed keys); the worse ones move down.
-          const int at = __popc(__ballot_sync(kAll, lane < want && mine > y));
-          const std::uint64_t above = __shfl_up_sync(kAll, mine, 1);
-          if (lane >= at) mine = lane == at ? y : above;
-          bar = __shfl_sync(kAll, mine, want - 1);
-        }
-      }
-    };
-#pragma unroll
-    for (int j = 0; j < kCached; ++j)
-      if (j * kChunk < n) insert(cached[j]);
-    for (int c0 = kCached * kChunk; c0 < n; c0 += kChunk) {
-      std::uint64_t key[4];
-      chunk_keys(c0, key);
-      insert(key);
-    }
+    const std::uint64_t mine = topk_select::warp_best(n, want, lane, keys_of);
     // Fewer than `want` candidates (a batch inconsistent with `cols`) leave empty keys: id -1.
     if (lane < want) out[lane * p.topk_stride_slot] = topk_key::id_of(mine);
     if (lane == 0) out[want * p.topk_stride_slot] = local;
