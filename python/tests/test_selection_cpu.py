@@ -202,3 +202,23 @@ def test_errors_name_the_argument():
     if not msa.cuda_available():
         expect_error("options.backend", msa.Indexer, 4, backend="cuda")
         expect_error("options.backend", msa.TopK, 4, backend="cuda")
+
+
+@pytest.mark.parametrize("topk", [1, 4, 16])
+def test_indexer_topk_is_indexer_then_topk(topk):
+    """msa.IndexerTopK (no scores written) picks what TopK picks from Indexer's scores."""
+    index_q, index_k, cu_q, cu_k, k_len, cols = index_case(31 + topk)
+    h_i = index_q.shape[1]
+    scores = np.empty((h_i, index_q.shape[0], cols), np.float32)
+    msa.Indexer(h_i, 128).run(index_q, index_k, scores, cu_q, k_len, cu_seqlens_k=cu_k)
+    want = np.empty((h_i, index_q.shape[0], topk), np.int32)
+    msa.TopK(topk).run(scores, want, cu_q, k_len)
+    op = msa.IndexerTopK(h_i, topk)
+    assert op.workspace_bytes(len(REQUESTS), index_q.shape[0], int(max(k_len))) == 0
+    op.plan(len(REQUESTS), index_q.shape[0], int(max(k_len)))
+    got = np.full_like(want, 7777)
+    op.run(index_q, index_k, got, cu_q, k_len, cu_seqlens_k=cu_k)
+    assert np.array_equal(got, want) and (topk == 1 or (want[..., : topk - 1] >= 0).sum() > 0)
+    expect_error("k_len[3]", lambda: (op.plan(len(REQUESTS), index_q.shape[0], 999),
+                                      op.run(index_q, index_k, got, cu_q, k_len, cu_seqlens_k=cu_k)))
+    expect_error("topk", msa.IndexerTopK, h_i, 33)

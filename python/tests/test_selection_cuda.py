@@ -108,3 +108,30 @@ def test_indexer_flat_and_paged_match_the_oracle(dtype):
     op.run(q_d, cache, paged, cu_d, kl_d, page_table=torch.from_numpy(table).to(DEV))
     torch.cuda.synchronize()
     check(paged)
+
+
+@pytest.mark.parametrize("topk", [5, 16, 32])
+def test_indexer_topk_equals_indexer_then_topk(topk):
+    """msa.IndexerTopK on the GPU: the ids Indexer + TopK pick from the same device scores, id for
+    id, in the prefill layout and through a transposed (query-major) view."""
+    requests = [(40, 5000), (3, 300), (130, 4200), (8, 9000)]
+    cu_q, cu_k, k_len = batch(requests)
+    rng = np.random.default_rng(60 + topk)
+    total_q, h_i = int(cu_q[-1]), 4
+    q_d = torch.from_numpy(rng.standard_normal((total_q, h_i, 128)) * 0.25).to(DEV, torch.bfloat16)
+    k_d = torch.from_numpy(rng.standard_normal((int(cu_k[-1]), 1, 128)) * 0.25).to(DEV, torch.bfloat16)
+    cu_d, kl_d, ck_d = (torch.from_numpy(a).to(DEV) for a in (cu_q, k_len, cu_k))
+    cols = (int(max(k_len)) + 127) // 128
+    scores = torch.empty((h_i, total_q, cols), device=DEV)
+    msa.Indexer(h_i, 128, backend="cuda").run(q_d, k_d, scores, cu_d, kl_d, cu_seqlens_k=ck_d)
+    want = torch.empty((h_i, total_q, topk), dtype=torch.int32, device=DEV)
+    msa.TopK(topk, backend="cuda").run(scores, want, cu_d, kl_d)
+    op = msa.IndexerTopK(h_i, topk, backend="cuda")
+    op.plan(len(requests), total_q, int(max(k_len)))
+    got = torch.full_like(want, 7777)
+    op.run(q_d, k_d, got, cu_d, kl_d, cu_seqlens_k=ck_d)
+    query_major = torch.full((total_q, h_i, topk), 7777, dtype=torch.int32, device=DEV)
+    op.run(q_d, k_d, query_major.transpose(0, 1), cu_d, kl_d, cu_seqlens_k=ck_d)
+    torch.cuda.synchronize()
+    assert torch.equal(got, want) and torch.equal(query_major.transpose(0, 1), want)
+    assert int((want[..., topk - 1] >= topk).sum()) > 0  # rows that rank their candidates
