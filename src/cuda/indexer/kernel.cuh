@@ -320,6 +320,10 @@ __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t
         }
       }
     if constexpr (kList > 0) top.clear();
+    // The fused top-k offers a block's row maximum while the next block's WGMMAs run (pending:
+    // its column, -1 for none), so the list's insertion overlaps the tensor cores.
+    [[maybe_unused]] float pending_v = 0.0f;
+    [[maybe_unused]] int pending_c = -1;
     const int c0 = get<1>(coord(make_coord(0, 0, 0), 0, 0));  // this thread's first column
     // Blocks left of this one are wholly visible to every row of the tile (pos0 is its least).
     const int full_end = unit.pos0 >= 0 ? (unit.pos0 + 1) / kBlockSize : 0;
@@ -340,6 +344,10 @@ __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t
           mma.accumulate_ = GMMA::ScaleOut::One;
         }
         warpgroup_commit_batch();
+        if constexpr (kList > 0) {
+          if (pending_c >= 0) top.offer(pending_v, pending_c);
+          pending_c = -1;
+        }
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc);
       }
@@ -368,13 +376,16 @@ __device__ void consumers(const IndexerParams& p, Storage<T>& smem, std::int64_t
       const int j = wt % 4;
       const float mine = j == 0 ? best[0][0] : j == 1 ? best[0][1] : j == 2 ? best[1][0] : best[1][1];
       if constexpr (kList > 0) {
-        if (col < row.ranked) top.offer(mine * p.scale, col);
+        if (col < row.ranked) pending_v = mine * p.scale, pending_c = col;
       } else {
         out.put(col, mine * p.scale, col + 1 == unit.compute_end, p.stride_scores_col);
       }
     }
     Barrier64::arrive(&smem.q_empty[qb]);
-    if constexpr (kList > 0) finish_row<kList>(p, row, top, unit.col0);
+    if constexpr (kList > 0) {
+      if (pending_c >= 0) top.offer(pending_v, pending_c);
+      finish_row<kList>(p, row, top, unit.col0);
+    }
   }
 }
 

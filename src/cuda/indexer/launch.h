@@ -39,11 +39,15 @@ void launch_indexer_merge(const IndexerParams& p, int list, cudaStream_t stream)
 // workspace_bytes is the same number everywhere). Batches of at least kIndexerTopkWholeRowTiles
 // query tiles keep every row in one unit (ids written by the indexer kernel, no merge, no
 // scratch); smaller ones (decode steps, short chunks) split their columns towards
-// kIndexerTopkUnits units of at least 16 columns, each leaving a list per row for the merge.
-// Both numbers measured on the H100 (docs/performance.md step 19): 4 units per SM left the
-// decode form 4-10% slower than the separate operators, 8 per SM 4-6% faster.
-constexpr int kIndexerTopkWholeRowTiles = 264;  // 2 tiles per SM of a 132-SM H100
+// kIndexerTopkUnits units of at least 32 columns (16 for the fewest tiles), each leaving a list
+// per row for the merge.
+// Measured on the H100 (docs/performance.md step 19): splitting 128-256 tiles
+// (S = 8k-16k, 128 decode requests) cost 1.2-2.2x over whole rows; 4 units per SM left the
+// decode form 4-10% slower than the separate operators, 8 per SM 4-6% faster; units of 16
+// columns made 16-32 tiles of 1k-token chunks on 64k-128k prefixes 15% slower than 32.
+constexpr int kIndexerTopkWholeRowTiles = 99;   // three quarters of a 132-SM H100's SMs
 constexpr int kIndexerTopkUnits = 1056;         // 8 units per SM
+constexpr int kIndexerTopkFewUnits = 132;       // one unit per SM
 struct IndexerTopkSplit {
   int cols = 1;                     // ranked columns: ceil(max_k_len / 128), at least 1
   int chunk_cols = 1;               // columns per unit
