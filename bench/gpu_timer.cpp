@@ -28,6 +28,24 @@ long long device_l2_bytes() {
   return l2;
 }
 
+namespace {
+// Median, extremes, mean and CV of per-repetition times.
+Timing summarise(const std::vector<double>& ms) {
+  const int reps = static_cast<int>(ms.size());
+  Timing t;
+  t.reps = reps;
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  t.median_ms = reps % 2 ? sorted[reps / 2] : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
+  t.min_ms = sorted.front();
+  t.mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / reps;
+  double var = 0.0;
+  for (double x : ms) var += (x - t.mean_ms) * (x - t.mean_ms);
+  t.cv = t.mean_ms > 0.0 ? std::sqrt(var / reps) / t.mean_ms : 0.0;
+  return t;
+}
+}  // namespace
+
 Timing time_graph_replays(const std::function<void(int, cudaStream_t)>& launch, int sets,
                           int warmup, int reps) {
   if (sets < 1 || reps < 1 || warmup < 0)
@@ -69,22 +87,43 @@ Timing time_graph_replays(const std::function<void(int, cudaStream_t)>& launch, 
   for (auto e : execs) check(cudaGraphExecDestroy(e), "cudaGraphExecDestroy");
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 
-  Timing t;
-  t.reps = reps;
-  std::vector<double> sorted = ms;
-  std::sort(sorted.begin(), sorted.end());
-  t.median_ms = reps % 2 ? sorted[reps / 2] : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
-  t.min_ms = sorted.front();
-  t.mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / reps;
-  double var = 0.0;
-  for (double x : ms) var += (x - t.mean_ms) * (x - t.mean_ms);
-  t.cv = t.mean_ms > 0.0 ? std::sqrt(var / reps) / t.mean_ms : 0.0;
+  Timing t = summarise(ms);
   t.back_to_back_ms = back_to_back / reps;
   return t;
+}
+
+Timing time_eager_calls(const std::function<void(cudaStream_t)>& call, void* flush, std::size_t flush_bytes,
+                        int warmup, int reps) {
+  if (reps < 1 || warmup < 0)
+    throw Error("time_eager_calls", std::to_string(reps), "need reps >= 1, warmup >= 0");
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> ms(static_cast<std::size_t>(reps));
+  for (int i = 0; i < warmup + reps; ++i) {
+    if (flush_bytes > 0) check(cudaMemsetAsync(flush, i & 0xff, flush_bytes, stream), "cudaMemsetAsync");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
+    call(stream);
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float t = 0.f;
+    check(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+    if (i >= warmup) ms[i - warmup] = t;
+  }
+  check(cudaEventDestroy(start), "cudaEventDestroy");
+  check(cudaEventDestroy(stop), "cudaEventDestroy");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  return summarise(ms);
 }
 #else
 long long device_l2_bytes() { return 0; }
 Timing time_graph_replays(const std::function<void(int, cudaStream_t)>&, int, int, int) {
+  throw Error("backend", "cpu", "GPU timing needs the CUDA backend");
+}
+Timing time_eager_calls(const std::function<void(cudaStream_t)>&, void*, std::size_t, int, int) {
   throw Error("backend", "cpu", "GPU timing needs the CUDA backend");
 }
 #endif

@@ -6,6 +6,7 @@
 // back to back (the host ahead of the GPU, as in an engine's graph of many layers).
 #pragma once
 
+#include <cstddef>
 #include <functional>
 
 typedef struct CUstream_st* cudaStream_t;
@@ -26,6 +27,13 @@ struct Timing {
 // throws as well.
 Timing time_graph_replays(const std::function<void(int set, cudaStream_t stream)>& launch,
                           int sets, int warmup, int reps);
+
+// Eager calls, as an engine makes them: per repetition, `flush_bytes` of `flush` are written (L2
+// holds none of the inputs), the stream is drained so the GPU is idle, then CUDA events around
+// call(stream). The time therefore includes every gap in which the GPU waited for the host to
+// enqueue the call's launches (its host cost, where that is the longer). back_to_back_ms is 0.
+Timing time_eager_calls(const std::function<void(cudaStream_t stream)>& call, void* flush,
+                        std::size_t flush_bytes, int warmup, int reps);
 
 // L2 size of the current device in bytes (0 without CUDA).
 long long device_l2_bytes();

@@ -46,7 +46,8 @@ struct BenchOptions {
   std::uint64_t seed = 1;
   int warmup = 5;
   int reps = 20;
-  std::vector<BenchCase> cases;  // empty: the default suite
+  std::vector<BenchCase> cases;  // empty: a suite
+  bool chunk_suite = false;       // --suite chunks instead of the default suite
   bool help = false;
 };
 
@@ -59,9 +60,15 @@ std::string bench_usage() {
          "Without --seq/--requests it runs the default suite: random S = 8k, 32k, 128k;\n"
          "tile-shared S = 8k, 32k; clustered S = 32k; a chunked batch of 8 requests (all on the\n"
          "automatic path choice); then tile-shared S = 8k, 32k, clustered S = 32k and random\n"
-         "S = 8k, 32k on each fixed path, block-major and tile-union.\n"
+         "S = 8k, 32k on each fixed path, block-major and tile-union. --suite chunks runs small\n"
+         "chunks on long prefixes instead: 1, 16, 64, 171, 512 and 2048 new tokens on 16k, 64k\n"
+         "and 128k cached tokens, batches of 1 and 4 such requests, random selections.\n"
+         "Every case is timed as graph replays (plan and run separately) and eagerly (plan + run\n"
+         "called on an idle GPU after an L2 flush, host gaps included: what an engine's eager\n"
+         "call costs).\n"
          "\n"
          "options (default in brackets):\n"
+         "  --suite NAME       default|chunks, when no --seq/--requests is given [default]\n"
          "  --selection NAME   random|tile-shared|clustered|all for --seq/--requests [random]\n"
          "  --seq N            one request of N new tokens, no prefix (repeatable)\n"
          "  --requests q:k,... a packed batch: q_len new tokens, k_len final length\n"
@@ -83,6 +90,12 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
     if (name == "-h" || name == "--help") r.no_value(), o.help = true;
     else if (read_bench_option(r, o.shape, o.seed, o.warmup, o.reps)) continue;
     else if (name == "--selection") selection = r.selection();
+    else if (name == "--suite") {
+      const std::string v = r.value();
+      if (v == "chunks") o.chunk_suite = true;
+      else if (v == "default") o.chunk_suite = false;
+      else r.bad(name, v, "expected default or chunks");
+    }
     else if (name == "--seq") {
       const int s = r.integer(1, 1 << 22);
       batches.push_back({"S=" + std::to_string(s), single(s)});
@@ -136,6 +149,19 @@ std::vector<BenchCase> default_suite() {
   return suite;
 }
 
+// Issue 14's small-chunk grid: chunk new tokens on a prefix of cached tokens, batch 1 and 4.
+std::vector<BenchCase> chunk_suite() {
+  std::vector<BenchCase> suite;
+  for (const int batch : {1, 4})
+    for (const int prefix : {16384, 65536, 131072})
+      for (const int chunk : {1, 16, 64, 171, 512, 2048})
+        suite.push_back({"random " + std::to_string(chunk) + " on " + std::to_string(prefix / 1024) + "k" +
+                             (batch > 1 ? " B=" + std::to_string(batch) : std::string()),
+                         bench::Selection::kRandom,
+                         std::vector<bench::Request>(static_cast<std::size_t>(batch), {chunk, prefix + chunk})});
+  return suite;
+}
+
 struct Row {
   std::vector<std::string> cells;
 };
@@ -165,9 +191,9 @@ void require_bench_memory(const BenchOptions& o) {
     }
     const int sets = rotation_sets(total_q * o.shape.h_q * o.shape.d,
                                    std::max<std::int64_t>(pages, 1) * o.shape.h_kv * o.page_size * o.shape.d);
-    require_memory("msa bench prefill",
-                   estimate_bench_prefill_memory(o.shape, o.page_size, c.requests, case_options(o, c), sets),
-                   "case '" + c.name + "'");
+    MemoryEstimate e = estimate_bench_prefill_memory(o.shape, o.page_size, c.requests, case_options(o, c), sets);
+    e.device.add("L2 flush (eager timing)", 2.0 * static_cast<double>(bench::device_l2_bytes()), "");
+    require_memory("msa bench prefill", e, "case '" + c.name + "'");
   }
 }
 
@@ -237,6 +263,15 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
   const bench::Timing run = bench::time_graph_replays(
       [&](int set, cudaStream_t st) { op.run(args[set], st); }, sets, o.warmup, o.reps);
   check(cudaDeviceSynchronize(), "run");
+  // Eagerly, as an engine calls it: plan + run on an idle GPU, L2 flushed before each call.
+  const std::size_t flush_bytes = static_cast<std::size_t>(2 * bench::device_l2_bytes());
+  DeviceBuffer flush(flush_bytes);
+  const bench::Timing eager = bench::time_eager_calls(
+      [&](cudaStream_t st) {
+        op.plan(batch, d_topk_view, max_k, st);
+        op.run(args[0], st);
+      },
+      flush.ptr, flush_bytes, o.warmup, o.reps);
 
   const double run_s = run.median_ms * 1e-3;
   Row row;
@@ -247,6 +282,7 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
                format("%.3f", run.median_ms),
                format("%.1f%%", 100.0 * run.cv),
                format("%.3f", plan.median_ms + run.median_ms),
+               format("%.3f", eager.median_ms),
                format("%.1f", flops / run_s * 1e-12),
                format("%.0f", bytes / run_s * 1e-9),
                format("%.3f", floor_ms),
@@ -282,7 +318,7 @@ int bench_command(const std::vector<std::string>& args) {
   }
 #if MSA_WITH_CUDA
   if (!cuda_available()) throw UsageError("msa bench prefill: no CUDA device is visible");
-  if (o.cases.empty()) o.cases = default_suite();
+  if (o.cases.empty()) o.cases = o.chunk_suite ? chunk_suite() : default_suite();
   require_bench_memory(o);  // a case that cannot fit is a usage error before any case runs
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -291,13 +327,15 @@ int bench_command(const std::vector<std::string>& args) {
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, o.shape.h_q, o.shape.h_kv,
               o.shape.d, o.shape.topk, o.page_size, o.q_per_item, o.reps, o.warmup);
   Table table({{"case"}, {"total_q", true}, {"edges", true}, {"plan ms", true}, {"run ms", true},
-               {"cv", true}, {"plan+run", true}, {"eff TFLOP/s", true}, {"GB/s", true},
+               {"cv", true}, {"plan+run", true}, {"eager ms", true}, {"eff TFLOP/s", true}, {"GB/s", true},
                {"floor ms", true}, {"run/floor", true}, {"union", true}, {"sets", true}});
   for (const BenchCase& c : o.cases) {
     table.add_row(bench_case(o, c, o.seed).cells);
     std::fprintf(stderr, "  done: %s\n", c.name.c_str());
   }
   table.print(stdout);
+  std::printf("plan, run: graph replays (median); eager: plan + run called eagerly on an idle GPU after an L2 "
+              "flush (median of %d), host gaps included; ", o.reps);
   std::printf("effective TFLOP/s counts selected visible keys only (targets.md); floor = max(FLOPs / 600 "
               "TFLOP/s, bytes / 2.9 TB/s) of the KV-block-major byte model (bench/flops.h); union = share of "
               "(KV head, query tile) pairs run by the tile-union kernel\n");
