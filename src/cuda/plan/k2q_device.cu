@@ -22,6 +22,13 @@ namespace msa::cuda {
 namespace {
 
 constexpr int kMinQPerUnit = 64;
+// Small batches: units are halved (down to 8 queries, or one warp pass) while they give fewer
+// count/scatter warps than this and their histograms stay within kUnitCountsBudget (or the size
+// they had). Measured on the H100 (docs/performance.md step 20): a 171-token chunk on a 128k
+// prefix had 3 units per head, whose warps each walked 64 passes in series, and the count and
+// scatter kernels took 64 and 81 us of a 214 us plan.
+constexpr std::int64_t kUnitWarpsWanted = 1024;
+constexpr std::int64_t kUnitCountsBudget = std::int64_t{16} << 20;  // bytes
 constexpr std::size_t kUnitSmemMax = 227 * 1024;  // sm_90 opt-in limit per CTA
 constexpr std::int64_t kInt32Max = INT_MAX;
 
@@ -120,9 +127,19 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
               "batch * ceil(max_k_len / " + std::to_string(kBlockSize) + ") * h_kv rows must fit in int32");
 
   // Units: enough queries that the per-unit histograms (max_blocks per unit) stay about the
-  // size of the unit's edges, never fewer than kMinQPerUnit.
-  g.q_per_unit = static_cast<int>(std::max<std::int64_t>(kMinQPerUnit, next_pow2(ceil_div(g.max_blocks, topk))));
-  g.max_units = ceil_div(problem.total_q, g.q_per_unit) + problem.batch;
+  // size of the unit's edges, never fewer than kMinQPerUnit; then, for small batches, smaller
+  // units while the warps are few (kUnitWarpsWanted) and the histograms fit the budget.
+  std::int64_t q_unit = std::max<std::int64_t>(kMinQPerUnit, next_pow2(ceil_div(g.max_blocks, topk)));
+  const auto units_of = [&](std::int64_t q) { return ceil_div(problem.total_q, q) + problem.batch; };
+  const auto counts_bytes = [&](std::int64_t q) {  // in double: hostile sizes must not overflow
+    return static_cast<double>(h_kv) * static_cast<double>(units_of(q)) * static_cast<double>(g.max_blocks) * 4.0;
+  };
+  const std::int64_t q_floor = std::max<std::int64_t>(8, 32 / next_pow2(topk));  // one warp pass
+  const double budget = std::max(static_cast<double>(kUnitCountsBudget), counts_bytes(q_unit));
+  while (q_unit / 2 >= q_floor && units_of(q_unit) * h_kv < kUnitWarpsWanted && counts_bytes(q_unit / 2) <= budget)
+    q_unit /= 2;
+  g.q_per_unit = static_cast<int>(q_unit);
+  g.max_units = units_of(q_unit);
   MSA_REQUIRE(g.max_units <= kInt32Max, "batch", std::to_string(problem.batch), "too many requests");
   const std::size_t warp_smem = static_cast<std::size_t>(g.max_blocks) * sizeof(std::int32_t);
   MSA_REQUIRE(warp_smem <= kUnitSmemMax, "max_k_len", std::to_string(problem.max_k_len),

@@ -36,7 +36,8 @@ struct K2qDeviceGeometry {
   std::int64_t work_capacity = 0;   // msa::k2q_sizes(...).work_capacity
   // Histogram units: each warp of the count/scatter kernels owns up to q_per_unit consecutive
   // queries of one request. q_per_unit grows with max_blocks so that the per-unit histograms
-  // (max_units x max_blocks) stay about the size of the edge list.
+  // (max_units x max_blocks) stay about the size of the edge list, and shrinks (to 8) for small
+  // batches, whose few warps would otherwise walk their queries in series.
   int q_per_unit = 0;
   std::int64_t max_units = 0;       // ceil(total_q / q_per_unit) + batch
   int unit_warps = 0;               // warps per CTA of the count/scatter kernels
