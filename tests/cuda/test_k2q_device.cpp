@@ -303,6 +303,38 @@ TEST(K2qDeviceLayout, SizingMatchesCarving) {
   }
 }
 
+// The histogram units (sizing only, no GPU): small batches get smaller units, so that the count
+// and scatter kernels have many warps, down to 8 queries (or one warp pass of 32 / K' queries)
+// and within the histograms' 16 MB budget; batches with enough warps keep the large units.
+TEST(K2qDeviceLayout, UnitsShrinkForSmallBatchesWithinTheBudget) {
+  using msa::ProblemSize;
+  const auto geo = [](int h_kv, int topk, ProblemSize p) { return msa::cuda::k2q_device_sizes(h_kv, topk, 64, p).geo; };
+  // 171 new tokens on a 64k prefix: 64-query units gave 4 warps per head; 8-query units 23.
+  auto g = geo(4, 16, {1, 171, 65707});
+  EXPECT_EQ(g.q_per_unit, 8);
+  EXPECT_EQ(g.max_units, 23);
+  // K = 1: a warp pass is 32 queries, the smallest unit.
+  EXPECT_EQ(geo(4, 1, {1, 171, 65707}).q_per_unit, 32);
+  // S = 32k: 513 units x 4 heads are enough warps; the unit stays at 64 queries.
+  g = geo(4, 16, {1, 32768, 32768});
+  EXPECT_EQ(g.q_per_unit, 64);
+  EXPECT_EQ(g.max_units, 513);
+  // A 1M-token prefix with 64 KV heads: halving stops where the histograms would pass 16 MB
+  // (128 queries: 6 units x 7813 blocks x 64 heads x 4 B = 12 MB; 64 would take 22 MB).
+  g = geo(64, 16, {1, 600, 1000000});
+  EXPECT_EQ(g.q_per_unit, 128);
+  EXPECT_LE(static_cast<double>(g.h_kv) * g.max_units * g.max_blocks * 4, 16.0 * (1 << 20));
+  // Every case: units never below 8 queries, never above the large-unit size
+  // max(64, pow2(ceil(blocks / K))).
+  for (const PlanCase& c : cases()) {
+    const auto cg = msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, make_inputs(c))).geo;
+    std::int64_t large = 1;
+    while (large < (cg.max_blocks + c.topk - 1) / c.topk) large *= 2;
+    EXPECT_GE(cg.q_per_unit, 8) << c.name;
+    EXPECT_LE(cg.q_per_unit, std::max<std::int64_t>(64, large)) << c.name;
+  }
+}
+
 class K2qDevice : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(K2qDevice, MatchesHostBuilder) {
