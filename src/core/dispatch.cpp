@@ -43,6 +43,20 @@ ImplPtr pick(const char* op, const Options& options, CpuMake cpu_make, CudaMake 
 #define MSA_CUDA_MAKE(fn) [] { return decltype(cpu::fn())(); }
 #endif
 
+// The geometry checks the selection operators share (Indexer, TopK, IndexerTopK).
+void check_index_geometry(int h_i, int d) {
+  MSA_REQUIRE(h_i >= 1 && h_i <= kMaxHeads, "h_i", std::to_string(h_i),
+              "must be in 1.." + std::to_string(kMaxHeads));
+  MSA_REQUIRE(d == 128, "d", std::to_string(d), "unsupported head dim (supported: 128)");
+}
+void check_index_scale(float scale) {
+  MSA_REQUIRE(std::isfinite(scale) && scale >= 0.f, "scale", std::to_string(scale),
+              "must be finite and >= 0 (0 = 1/sqrt(d))");
+}
+void check_topk_width(int topk) {
+  MSA_REQUIRE(topk >= 1 && topk <= 32, "topk", std::to_string(topk), "must be in 1..32");
+}
+
 }  // namespace
 
 bool cuda_available() {
@@ -106,11 +120,8 @@ std::unique_ptr<SparseDecode::Impl> make_decode_impl(const AttentionShape& shape
 std::unique_ptr<Indexer::Impl> make_indexer_impl(int h_i, int d, float scale,
                                                  const Options& options) {
   validate_options(options);
-  MSA_REQUIRE(h_i >= 1 && h_i <= kMaxHeads, "h_i", std::to_string(h_i),
-              "must be in 1.." + std::to_string(kMaxHeads));
-  MSA_REQUIRE(d == 128, "d", std::to_string(d), "unsupported head dim (supported: 128)");
-  MSA_REQUIRE(std::isfinite(scale) && scale >= 0.f, "scale", std::to_string(scale),
-              "must be finite and >= 0 (0 = 1/sqrt(d))");
+  check_index_geometry(h_i, d);
+  check_index_scale(scale);
   auto impl = pick<std::unique_ptr<Indexer::Impl>>("indexer", options,
                                                    [] { return cpu::make_indexer(); },
                                                    MSA_CUDA_MAKE(make_indexer));
@@ -123,7 +134,7 @@ std::unique_ptr<Indexer::Impl> make_indexer_impl(int h_i, int d, float scale,
 
 std::unique_ptr<TopK::Impl> make_topk_impl(int topk, const Options& options) {
   validate_options(options);
-  MSA_REQUIRE(topk >= 1 && topk <= 32, "topk", std::to_string(topk), "must be in 1..32");
+  check_topk_width(topk);
   auto impl = pick<std::unique_ptr<TopK::Impl>>("top-k", options, [] { return cpu::make_topk(); },
                                                 MSA_CUDA_MAKE(make_topk));
   impl->topk = topk;
@@ -135,10 +146,8 @@ namespace {
 
 void check_indexer_topk(int h_i, int d, int topk, const Options& options) {
   validate_options(options);
-  MSA_REQUIRE(h_i >= 1 && h_i <= kMaxHeads, "h_i", std::to_string(h_i),
-              "must be in 1.." + std::to_string(kMaxHeads));
-  MSA_REQUIRE(d == 128, "d", std::to_string(d), "unsupported head dim (supported: 128)");
-  MSA_REQUIRE(topk >= 1 && topk <= 32, "topk", std::to_string(topk), "must be in 1..32");
+  check_index_geometry(h_i, d);
+  check_topk_width(topk);
   MSA_REQUIRE(options.topk_ranking == TopkRanking::kExact, "options.topk_ranking",
               topk_ranking_name(options.topk_ranking),
               "IndexerTopK ranks exactly (the quantised ranking needs each row's score range first: use "
@@ -161,8 +170,7 @@ std::size_t indexer_topk_workspace_bytes(int h_i, int topk, const ProblemSize& p
 std::unique_ptr<IndexerTopK::Impl> make_indexer_topk_impl(int h_i, int d, int topk, float scale,
                                                           const Options& options) {
   check_indexer_topk(h_i, d, topk, options);
-  MSA_REQUIRE(std::isfinite(scale) && scale >= 0.f, "scale", std::to_string(scale),
-              "must be finite and >= 0 (0 = 1/sqrt(d))");
+  check_index_scale(scale);
   auto impl = pick<std::unique_ptr<IndexerTopK::Impl>>("indexer + top-k", options,
                                                        [] { return cpu::make_indexer_topk(); },
                                                        MSA_CUDA_MAKE(make_indexer_topk));

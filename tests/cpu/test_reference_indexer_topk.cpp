@@ -15,6 +15,7 @@
 #include "bench/workload.h"
 #include "msa/msa.h"
 #include "tests/support/compare.h"
+#include "tests/support/expect_error.h"
 
 namespace {
 
@@ -315,29 +316,22 @@ TEST(ReferenceIndexerTopk, TwinIsTheSortOverIndexerScores) {
       }
     EXPECT_GT(ranked, 0);
   }
-  const auto expect_error = [](const char* name, auto&& call) {
-    try {
-      call();
-      ADD_FAILURE() << "no msa::Error for " << name;
-    } catch (const msa::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-    }
-  };
   HostTensor out(DType::kInt32, {spec.h_i, w.total_q, 16});
   out.fill(-99.f);
   msa::IndexerTopK op(spec.h_i, 128, 16);
   const msa::IndexerTopkArgs args{w.index_q.view(), w.index_kv(), w.batch(), out.view()};
-  expect_error("plan", [&] { op.run(args); });
+  msa::test::expect_error_mentioning([&] { op.run(args); }, "plan");
   op.plan({5, w.total_q, 2999});  // request 0 has 3000 tokens
-  expect_error("k_len[0]", [&] { op.run(args); });
+  msa::test::expect_error_mentioning([&] { op.run(args); }, "k_len[0]");
   op.plan({4, w.total_q, 3000});
-  expect_error("k_len.shape[0]", [&] { op.run(args); });
+  msa::test::expect_error_mentioning([&] { op.run(args); }, "k_len.shape[0]");
   for (std::int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(out.data<std::int32_t>()[i], -99) << "written at " << i;
   msa::Options quantised;
   quantised.topk_ranking = msa::TopkRanking::kQuantised16;
-  expect_error("options.topk_ranking", [&] { msa::IndexerTopK bad(4, 128, 16, 0.f, quantised); });
-  expect_error("topk", [&] { msa::IndexerTopK bad(4, 128, 0); });
-  expect_error("d", [&] { msa::IndexerTopK bad(4, 64, 16); });
+  msa::test::expect_error_mentioning([&] { msa::IndexerTopK bad(4, 128, 16, 0.f, quantised); },
+                                     "options.topk_ranking");
+  msa::test::expect_error_mentioning([&] { msa::IndexerTopK bad(4, 128, 0); }, "topk");
+  msa::test::expect_error_mentioning([&] { msa::IndexerTopK bad(4, 64, 16); }, "d");
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "tests/support/cuda_cases.h"
 #include "tests/support/cuda_check.h"
 #include "tests/support/device_tensor.h"
+#include "tests/support/expect_error.h"
 
 namespace {
 
@@ -589,25 +590,20 @@ TEST(IndexerTopkCuda, LengthsPastTheBoundAndArgumentErrors) {
   EXPECT_EQ(id_mismatches(run_fused(w, f, bound), want, f.k, &ranked), 0);
   EXPECT_GT(ranked, 0);
 
-  const auto expect_error = [](const char* name, auto&& call) {
-    try {
-      call();
-      ADD_FAILURE() << "no msa::Error for " << name;
-    } catch (const msa::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-    }
-  };
   msa::Options quantised = cuda_options();
   quantised.topk_ranking = msa::TopkRanking::kQuantised16;
-  expect_error("options.topk_ranking", [&] { msa::IndexerTopK op(4, 128, 16, 0.f, quantised); });
-  expect_error("topk", [&] { msa::IndexerTopK op(4, 128, 33, 0.f, cuda_options()); });
+  msa::test::expect_error_mentioning([&] { msa::IndexerTopK op(4, 128, 16, 0.f, quantised); },
+                                     "options.topk_ranking");
+  msa::test::expect_error_mentioning([&] { msa::IndexerTopK op(4, 128, 33, 0.f, cuda_options()); }, "topk");
   msa::IndexerTopK op(f.c.h_i, 128, f.k, 0.f, cuda_options());
   const msa::IndexerArgs a = in.args({});
-  expect_error("plan", [&] { op.run({a.index_q, a.index_k, a.batch, d_want.view}); });
+  msa::test::expect_error_mentioning([&] { op.run({a.index_q, a.index_k, a.batch, d_want.view}); }, "plan");
   op.plan({2, w.total_q + 1, 4000});
-  expect_error("index_q.shape[0]", [&] { op.run({a.index_q, a.index_k, a.batch, d_want.view}); });
+  msa::test::expect_error_mentioning([&] { op.run({a.index_q, a.index_k, a.batch, d_want.view}); },
+                                     "index_q.shape[0]");
   op.plan({2, w.total_q, 4000});
-  expect_error("topk", [&] { op.run({a.index_q, a.index_k, a.batch, want.view()}); });  // host memory
+  msa::test::expect_error_mentioning([&] { op.run({a.index_q, a.index_k, a.batch, want.view()}); },
+                                     "topk");  // host memory
 }
 
 }  // namespace

@@ -30,4 +30,18 @@ void expect_error(F&& f, const std::string& argument, const std::string& value,
   }
 }
 
+// The looser check: the call throws an msa::Error whose text mentions `part` (an argument's
+// name where the value is not worth spelling out).
+template <class F>
+void expect_error_mentioning(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no msa::Error for " << part;
+  } catch (const msa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not an msa::Error: " << e.what();
+  }
+}
+
 }  // namespace msa::test
