@@ -1,10 +1,10 @@
 // `msa bench layer`: one MSA layer on the GPU end to end, stage by stage, as a serving engine
 // calls it. Prefill: indexer -> top-k -> plan (on the device, from device batch and top-k) ->
 // sparse prefill (+ combine). Decode step: indexer (decode form) -> top-k (written in the MSA
-// decode layout) -> plan -> sparse decode. Each repetition flushes L2, then enqueues the stages
-// eagerly with CUDA events between them; the table gives each stage's median, the median of the
-// whole layer (first event to last: launch gaps included) and the layer captured once in a CUDA
-// graph and replayed. Beside it, the fused selection (IndexerTopK: plan + run, timed the same
+// decode layout) -> plan -> sparse decode. Each repetition flushes L2 and drains the stream (so
+// the host's enqueue is timed), then enqueues the stages eagerly with CUDA events between them;
+// the table gives each stage's median, the median of the whole layer (first event to last:
+// launch gaps included) and the layer captured once in a CUDA graph and replayed. Beside it, the fused selection (IndexerTopK: plan + run, timed the same
 // way), whose ids must equal the indexer + top-k's.
 #include <algorithm>
 #include <cstdio>
@@ -277,6 +277,8 @@ CaseResult bench_case(const LayerOptions& o, const LayerCase& c) {
   std::vector<std::vector<double>> stage(kStages + 1);
   for (int i = 0; i < o.warmup + o.reps; ++i) {
     check(cudaMemsetAsync(flush.ptr, i & 0xff, flush_bytes, stream), "cudaMemsetAsync");
+    // Drained, so the host's enqueue of the layer is timed, not hidden behind the flush.
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     layer(stream, events);
     check(cudaEventSynchronize(events[kStages]), "cudaEventSynchronize");
     if (i < o.warmup) continue;
@@ -304,6 +306,7 @@ CaseResult bench_case(const LayerOptions& o, const LayerCase& c) {
   std::vector<double> fused_times;
   for (int i = 0; i < o.warmup + o.reps; ++i) {
     check(cudaMemsetAsync(flush.ptr, i & 0xff, flush_bytes, stream), "cudaMemsetAsync");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     check(cudaEventRecord(events[0], stream), "cudaEventRecord");
     fused.plan(problem, stream);
     fused.run(fa, stream);
