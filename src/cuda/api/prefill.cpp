@@ -119,8 +119,8 @@ class PrefillCuda final : public SparsePrefill::Impl {
     // that the k2q plan leaves the union tiles' rows out. The tile-union kernel reads top-k rows
     // with a contiguous last dim; otherwise every tile stays block-major.
     routed_ = options.prefill_path == PrefillPath::kAuto && total_q > 0 && (host_topk || topk.stride[2] == 1);
+    TileRouteParams rp{};
     if (routed_) {
-      TileRouteParams rp{};
       rp.ids = in.topk;
       rp.stride_topk_head = in.stride_topk_head;
       rp.stride_topk_token = in.stride_topk_token;
@@ -136,9 +136,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       rp.union_count = ws_.union_count;
       rp.temp = ws_.route_temp;
       rp.temp_bytes = ws_.route_temp_bytes;
-      launch_tile_route(rp, stream);
-      in.union_tile = ws_.union_tile;
-      in.route_q_per_tile = rp.q_per_tile;
+      in.route = &rp;  // the planner routes first (in its own head CTAs on the small path)
     }
     build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
 

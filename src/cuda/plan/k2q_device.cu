@@ -14,8 +14,10 @@
 #include "core/tile_route.h"
 #include "cuda/common/check.h"
 #include "cuda/common/cub_temp.h"
+#include "cuda/common/launch.h"
 #include "cuda/plan/k2q_kernels.cuh"
 #include "cuda/plan/k2q_params.h"
+#include "cuda/plan/k2q_small_kernels.cuh"
 
 namespace msa::cuda {
 
@@ -53,6 +55,13 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   p.union_tile = in.union_tile;
   p.route_q_per_tile = in.union_tile != nullptr ? in.route_q_per_tile : 1;
   p.route_per_head = in.union_tile != nullptr ? static_cast<int>(tiles_per_head(g.total_q, in.route_q_per_tile)) : 0;
+  if (in.route != nullptr && in.union_tile == nullptr) {  // the small path routes in its head CTAs
+    p.route_tile_out = in.route->union_tile;
+    p.union_list = in.route->union_list;
+    p.union_count = in.route->union_count;
+    p.route_q_per_tile = in.route->q_per_tile;
+    p.route_per_head = static_cast<int>(tiles_per_head(g.total_q, in.route->q_per_tile));
+  }
   p.row_coords = out.row_coords;
   p.row_ptr = out.row_ptr;
   p.q_indices = out.q_indices;
@@ -85,22 +94,45 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   return p;
 }
 
-// The count and scatter kernels' dynamic shared memory above the default: raised only when a
-// larger plan needs it, so that a captured call never sets it.
-void grant_unit_smem(std::size_t bytes) {
-  if (bytes <= kK2qUnitSmemDefault) return;
+// Dynamic shared memory above the default: raised only when a larger plan needs it, so that a
+// captured call never sets it. The count and scatter kernels (general path) share a grant, the
+// small path's head kernel has its own.
+void grant_smem(bool small, std::size_t bytes) {
+  // The default limit holds static and dynamic shared memory together (the head kernel has
+  // some static; the count and scatter kernels have none).
+  static const std::size_t small_static = [] {
+    cudaFuncAttributes attr{};
+    MSA_CUDA_CHECK(cudaFuncGetAttributes(&attr, k2q::k2q_small_head_kernel));
+    return attr.sharedSizeBytes;
+  }();
+  if (bytes + (small ? small_static : 0) <= kK2qUnitSmemDefault) return;
   static std::mutex mutex;
-  static std::size_t granted = kK2qUnitSmemDefault;
+  static std::size_t granted_unit = kK2qUnitSmemDefault;
+  static std::size_t granted_small = 0;  // its default is 48 KB less its static memory
   const std::lock_guard<std::mutex> lock(mutex);
+  std::size_t& granted = small ? granted_small : granted_unit;
   if (bytes <= granted) return;
-  MSA_CUDA_CHECK(cudaFuncSetAttribute(k2q::k2q_count_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(bytes)));
-  MSA_CUDA_CHECK(cudaFuncSetAttribute(k2q::k2q_scatter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(bytes)));
+  const auto set = [bytes](auto kernel) {
+    MSA_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  };
+  if (small) {
+    set(k2q::k2q_small_head_kernel);
+  } else {
+    set(k2q::k2q_count_kernel);
+    set(k2q::k2q_scatter_kernel);
+  }
   granted = bytes;
 }
 
 }  // namespace
+
+bool k2q_small_fits(const K2qDeviceGeometry& g) {
+  using namespace k2q;
+  return g.batch >= 1 && g.batch <= kSmallMaxBatch && g.total_q <= kSmallMaxQueries &&
+         g.total_q * next_pow2(g.topk) <= kSmallMaxSlots && g.max_rows <= kSmallMaxRows &&
+         static_cast<std::int64_t>(g.h_kv) * g.max_rows <= (std::int64_t{1} << 16);
+}
 
 K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const ProblemSize& problem) {
   MSA_REQUIRE(h_kv >= 1 && h_kv <= 65535, "shape.h_kv", std::to_string(h_kv), "must be in 1..65535");
@@ -151,6 +183,11 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
           ? k2q::kMaxUnitWarps
           : static_cast<int>(std::clamp<std::size_t>(kK2qUnitSmemDefault / warp_smem, 1, k2q::kMaxUnitWarps));
   g.unit_smem_bytes = warp_smem * static_cast<std::size_t>(g.unit_warps);
+  const bool small_fits = k2q_small_fits(g);
+  g.small = small_fits && g.total_q * next_pow2(topk) <= k2q::kSmallChosenSlots;
+  if (small_fits)  // also where not chosen: tests may choose it
+    g.small_smem_bytes = static_cast<std::size_t>(
+        k2q::small_smem(static_cast<int>(g.max_rows), static_cast<int>(g.total_q * next_pow2(topk))).bytes);
 
   Arena sizing;
   k2q_device_layout(g, sizing);
@@ -182,12 +219,30 @@ K2qDeviceBuffers k2q_device_layout(const K2qDeviceGeometry& g, Arena& arena) {
 void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, const K2qDeviceBuffers& out,
                       cudaStream_t stream) {
   using namespace k2q;
-  const BuildParams p = make_params(g, in, out);
+  MSA_ASSERT(in.union_tile == nullptr || in.route == nullptr);
+  if (g.small) {
+    MSA_ASSERT(k2q_small_fits(g) && g.small_smem_bytes > 0);
+    const BuildParams p = make_params(g, in, out);
+    grant_smem(true, g.small_smem_bytes);
+    k2q_small_head_kernel<<<static_cast<unsigned>(g.h_kv), kSmallThreads, g.small_smem_bytes, stream>>>(p);
+    MSA_CUDA_CHECK(cudaGetLastError());
+    const LaunchShape finish{dim3(1), dim3(kSmallThreads), static_cast<std::size_t>(g.max_rows) * sizeof(int)};
+    launch_pdl(k2q_small_finish_kernel, finish, stream, true, p);
+    return;
+  }
+  K2qDeviceInputs routed = in;
+  if (in.route != nullptr) {
+    launch_tile_route(*in.route, stream);
+    routed.union_tile = in.route->union_tile;
+    routed.route_q_per_tile = in.route->q_per_tile;
+    routed.route = nullptr;
+  }
+  const BuildParams p = make_params(g, routed, out);
   const std::int64_t n_scan = scan_items(g);
 
   k2q_row_map_kernel<<<static_cast<unsigned>(g.max_blocks + 1), kMapThreads, 0, stream>>>(p);
 
-  grant_unit_smem(g.unit_smem_bytes);
+  grant_smem(false, g.unit_smem_bytes);
   const dim3 unit_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.max_units, g.unit_warps))),
                        static_cast<unsigned>(g.h_kv));
   const unsigned unit_threads = static_cast<unsigned>(g.unit_warps * 32);

@@ -8,7 +8,8 @@
 // field by field in K2qDeviceBuffers. The caller owns the memory: k2q_device_layout() takes the
 // buffers from an Arena, once on a sizing arena (the byte count) and once on the workspace.
 //
-// Files: k2q_device.cu (geometry, layout, launch), k2q_kernels.cuh (the kernels),
+// Files: k2q_device.cu (geometry, layout, launch), k2q_kernels.cuh (the general path's
+// kernels), k2q_small_kernels.cuh (the small path's),
 // k2q_params.h (what the kernels read), k2q_snapshot.cpp (the host copy).
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <cstdint>
 
 #include "cuda/common/workspace.h"
+#include "cuda/plan/tile_route.h"
 #include "msa/plan.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -42,7 +44,18 @@ struct K2qDeviceGeometry {
   std::int64_t max_units = 0;       // ceil(total_q / q_per_unit) + batch
   int unit_warps = 0;               // warps per CTA of the count/scatter kernels
   std::size_t unit_smem_bytes = 0;  // dynamic shared memory of those CTAs
+  // The small path (k2q_small_kernels.cuh): the whole plan in two launches, one CTA per KV head
+  // and one to finish, chosen where it fits (k2q_small_fits) and was measured faster (at most
+  // 4096 top-k slots per head); the general path's ten launches otherwise. Same output byte for
+  // byte. Tests set it either way on any geometry that fits.
+  bool small = false;
+  std::size_t small_smem_bytes = 0;  // dynamic shared memory of the head CTA
 };
+
+// Whether the small path can plan this geometry: 1..64 requests, at most 1024 queries, 16384
+// top-k slots per head (queries x next power of two >= topk), 4096 rows, and 65536 (head, row)
+// pairs.
+bool k2q_small_fits(const K2qDeviceGeometry& geo);
 
 // Dynamic shared memory the count/scatter kernels get without an opt-in attribute; plans above
 // it raise the attribute (see build_k2q_device).
@@ -106,12 +119,16 @@ struct K2qDeviceInputs {
   // edge and split count 1, as build_k2q_csr_routed leaves them.
   const std::uint8_t* union_tile = nullptr;  // [h_kv, tiles_per_head(total_q, route_q_per_tile)]
   int route_q_per_tile = 0;                  // 1..16 when union_tile is set
+  // Or the routing to compute first (union_tile null): build_k2q_device fills route's outputs
+  // (in the small path's head CTAs, or with launch_tile_route) and leaves the flagged tiles'
+  // rows out. Its inputs must be the ones above.
+  const TileRouteParams* route = nullptr;
 };
 
 // Enqueues the planner on `stream`: no host synchronisation, no allocation, graph-capturable.
-// Plans whose unit_smem_bytes exceed kK2qUnitSmemDefault (max_k_len > 1.5M tokens) raise a
-// kernel attribute the first time a size is seen (process-wide, current device); make that
-// first call outside a capture.
+// Plans whose unit_smem_bytes or small_smem_bytes exceed kK2qUnitSmemDefault (max_k_len > 1.5M
+// tokens; on the small path, above 48 KB with the head kernel's static shared memory) raise a kernel attribute the first time a size
+// is seen (process-wide, current device); make that first call outside a capture.
 void build_k2q_device(const K2qDeviceGeometry& geo, const K2qDeviceInputs& in, const K2qDeviceBuffers& out,
                       cudaStream_t stream);
 

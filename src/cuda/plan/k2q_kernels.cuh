@@ -186,30 +186,49 @@ __device__ __forceinline__ int load_pass_id(const BuildParams& p, const std::int
              : -1;
 }
 
-__device__ __forceinline__ PassLane analyse_pass(const BuildParams& p, int id, int q0, int q_end, int blocks,
-                                                 int lane) {
-  const int kp = p.topk_pow2;
-  const int seg = lane >> p.log_topk_pow2;
+// One query's row of top-k ids spread over a segment of kp lanes (kp a power of two, lane s of
+// the segment holding slot s): whether this lane's id is kept (valid, and no lower slot of the
+// segment holds it), its rank among the kept ids of the query, and how many the query keeps.
+// Warp-collective: every lane of the warp calls it with the same kp.
+struct SegmentRank {
+  int slot;
+  int count;
+  bool keep;
+};
+
+__device__ __forceinline__ SegmentRank rank_in_segment(bool valid, int id, int kp, int log_kp, int lane) {
+  const int seg = lane >> log_kp;
   const int s = lane & (kp - 1);
-  PassLane e;
-  e.q = q0 + seg;
-  e.id = id;
-  const bool valid = e.q < q_end && s < p.topk && id >= 0 && id < blocks;
-  // First occurrence: no lower slot of the segment holds the same valid id.
   const int key = valid ? id : INT_MAX;
   bool dup = false;
   for (int j = 0; j < kp; ++j) {
     const int other = __shfl_sync(kFullMask, key, j, kp);
     dup |= (j < s) && (other == key);
   }
-  e.keep = valid && !dup;
+  SegmentRank r;
+  r.keep = valid && !dup;
   // Slot: kept ids of the segment below this one (kept ids are distinct).
-  const int kept_key = e.keep ? id : INT_MAX;
+  const int kept_key = r.keep ? id : INT_MAX;
   int slot = 0;
   for (int j = 0; j < kp; ++j) slot += __shfl_sync(kFullMask, kept_key, j, kp) < kept_key ? 1 : 0;
-  e.slot = slot;
-  const unsigned seg_mask = kp == 32 ? kFullMask : ((1u << kp) - 1u) << (seg << p.log_topk_pow2);
-  e.count = __popc(__ballot_sync(kFullMask, e.keep) & seg_mask);
+  r.slot = slot;
+  const unsigned seg_mask = kp == 32 ? kFullMask : ((1u << kp) - 1u) << (seg << log_kp);
+  r.count = __popc(__ballot_sync(kFullMask, r.keep) & seg_mask);
+  return r;
+}
+
+__device__ __forceinline__ PassLane analyse_pass(const BuildParams& p, int id, int q0, int q_end, int blocks,
+                                                 int lane) {
+  const int seg = lane >> p.log_topk_pow2;
+  const int s = lane & (p.topk_pow2 - 1);
+  PassLane e;
+  e.q = q0 + seg;
+  e.id = id;
+  const bool valid = e.q < q_end && s < p.topk && id >= 0 && id < blocks;
+  const SegmentRank r = rank_in_segment(valid, id, p.topk_pow2, p.log_topk_pow2, lane);
+  e.keep = r.keep;
+  e.slot = r.slot;
+  e.count = r.count;
   e.seg_head = s == 0 && e.q < q_end;
   return e;
 }

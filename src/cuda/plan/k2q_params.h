@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "cuda/plan/k2q_device.h"
 #include "msa/plan.h"
 
@@ -19,6 +20,45 @@ inline constexpr int kTailThreads = 256;      // finish pass
 inline constexpr int kTailMaxCtasPerHead = 1024;
 inline constexpr int kMaxUnitWarps = 8;    // count/scatter CTA
 inline constexpr int kLevelsPerTile = 32;  // unit prefix: one lane per level
+// The small path (k2q_small_kernels.cuh): one CTA per KV head holds every top-k slot of its
+// head in shared memory (slot s = q * K' + j, K' = next power of two >= topk) and places a
+// round of kSmallRoundQueries queries at a time (a 64-bit mask per row, as two 32-bit words).
+inline constexpr int kSmallThreads = 1024;
+inline constexpr int kSmallRoundQueries = 64;
+inline constexpr int kSmallMaxBatch = 64;
+inline constexpr int kSmallMaxQueries = 1024;  // total_q (and so tiles per head)
+inline constexpr int kSmallMaxSlots = 16384;   // total_q * K' the head CTA holds
+// The slots up to which k2q_device_sizes picks the small path. One SM per head does all of a
+// head's work, so its time grows with the slots: on the H100 (docs/performance.md, step 21) it
+// beat the general path's 54-58 us up to about 6000 slots (171 queries at K = 16: 38 us).
+inline constexpr int kSmallChosenSlots = 4096;
+inline constexpr int kSmallMaxRows = 4096;     // max_rows
+inline constexpr int kSmallItemsPerThread = 8;  // the finish CTA's scans
+static_assert(kSmallRoundQueries == 64, "a round's queries are the bits of two 32-bit words per row");
+static_assert(kSmallMaxQueries <= 2048 && kSmallMaxRows <= 32768,
+              "the head CTA packs a kept slot as row << 16 | q_local << 5 | rank in an int");
+
+// The head CTA's dynamic shared memory (byte offsets): the slots [slots] int (raw ids, then
+// packed kept slots); the row of each (request, block) [max_rows] int; the per-row counts, then
+// cursors [max_rows + 1] int; the round masks [2 rounds in turn, max_rows, 2] u32, which routing
+// first uses as bitmaps of rows [kSmallRoundQueries tiles at most, ceil(max_rows / 32)] u32.
+struct SmallSmem {
+  int row_of_off;
+  int count_off;
+  int mask_off;
+  int mask_words;  // u32 words of the mask region
+  int bytes;
+};
+MSA_HOST_DEVICE SmallSmem small_smem(int max_rows, int slots) {
+  SmallSmem s;
+  s.row_of_off = 4 * slots;
+  s.count_off = s.row_of_off + 4 * max_rows;
+  s.mask_off = s.count_off + 4 * (max_rows + 1);
+  const int bitmap_words = kSmallRoundQueries * ((max_rows + 31) / 32);
+  s.mask_words = 4 * max_rows > bitmap_words ? 4 * max_rows : bitmap_words;
+  s.bytes = s.mask_off + 4 * s.mask_words;
+  return s;
+}
 static_assert(kLevelsPerTile == 32, "the unit prefix maps the levels of a tile to the lanes of a warp");
 
 // Everything the planner kernels read and write. Shapes in brackets; all counts fit in int32
@@ -33,6 +73,12 @@ struct BuildParams {
   const std::uint8_t* union_tile;  // [h_kv, route_per_head] or null: rows of flagged tiles
   int route_q_per_tile;            //   are left out (split count 1, no edge); see TileRoute
   int route_per_head;
+  // Routing computed by the small path itself (k2q_small_kernels.cuh; null union_tile: not
+  // asked). Then union_tile above is null and these are written: the flags, and the flagged
+  // tiles ascending, as launch_tile_route writes them.
+  std::uint8_t* route_tile_out;  // [h_kv, route_per_head]
+  std::int32_t* union_list;      // [h_kv * route_per_head]
+  std::int32_t* union_count;     // [1]
   // outputs
   std::int32_t* row_coords;    // [max_rows, 2] (b, block)
   std::int32_t* row_ptr;       // [h_kv, max_rows + 1]
