@@ -403,13 +403,16 @@ TEST(K2qDeviceLayout, UnitsShrinkForSmallBatchesWithinTheBudget) {
 }
 
 // The path choice (sizing only, no GPU): the small path where it fits and was measured faster
-// (at most 4096 top-k slots per head), the general path otherwise.
+// (at most 4096 top-k slots per head and 4200 (head, row) pairs), the general path otherwise.
 TEST(K2qDeviceLayout, SmallPathForSmallChunks) {
   using msa::ProblemSize;
   const auto geo = [](int h_kv, int topk, ProblemSize p) { return msa::cuda::k2q_device_sizes(h_kv, topk, 64, p).geo; };
   EXPECT_TRUE(geo(4, 16, {1, 1, 16385}).small);
   EXPECT_TRUE(geo(4, 16, {1, 171, 65707}).small);
-  EXPECT_TRUE(geo(4, 16, {4, 256, 65600}).small);  // 4 x 64 new tokens
+  EXPECT_TRUE(geo(4, 16, {1, 171, 131243}).small);  // 4 x 1026 (head, row) pairs
+  EXPECT_TRUE(geo(4, 16, {4, 256, 16448}).small);   // 4 x 64 new tokens on 16k
+  EXPECT_FALSE(geo(4, 16, {4, 256, 65600}).small);  // on 64k: 8208 pairs, measured slower
+  EXPECT_TRUE(msa::cuda::k2q_small_fits(geo(4, 16, {4, 256, 65600})));
   EXPECT_TRUE(geo(4, 5, {1, 512, 9000}).small);     // K' = 8: 4096 slots
   EXPECT_FALSE(geo(4, 16, {1, 512, 131584}).small);  // 8192 slots: fits, measured slower
   EXPECT_TRUE(msa::cuda::k2q_small_fits(geo(4, 16, {1, 512, 131584})));

@@ -184,7 +184,8 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
           : static_cast<int>(std::clamp<std::size_t>(kK2qUnitSmemDefault / warp_smem, 1, k2q::kMaxUnitWarps));
   g.unit_smem_bytes = warp_smem * static_cast<std::size_t>(g.unit_warps);
   const bool small_fits = k2q_small_fits(g);
-  g.small = small_fits && g.total_q * next_pow2(topk) <= k2q::kSmallChosenSlots;
+  g.small = small_fits && g.total_q * next_pow2(topk) <= k2q::kSmallChosenSlots &&
+            static_cast<std::int64_t>(h_kv) * g.max_rows <= k2q::kSmallChosenPairs;
   if (small_fits)  // also where not chosen: tests may choose it
     g.small_smem_bytes = static_cast<std::size_t>(
         k2q::small_smem(static_cast<int>(g.max_rows), static_cast<int>(g.total_q * next_pow2(topk))).bytes);

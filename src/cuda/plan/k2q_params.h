@@ -28,10 +28,13 @@ inline constexpr int kSmallRoundQueries = 64;
 inline constexpr int kSmallMaxBatch = 64;
 inline constexpr int kSmallMaxQueries = 1024;  // total_q (and so tiles per head)
 inline constexpr int kSmallMaxSlots = 16384;   // total_q * K' the head CTA holds
-// The slots up to which k2q_device_sizes picks the small path. One SM per head does all of a
-// head's work, so its time grows with the slots: on the H100 (docs/performance.md, step 21) it
-// beat the general path's 54-58 us up to about 6000 slots (171 queries at K = 16: 38 us).
+// Where k2q_device_sizes picks the small path: at most this many slots per head and (KV head,
+// row) pairs. One SM per head does a head's work and one CTA writes every work item, so the
+// time grows with both: on the H100 (docs/performance.md, step 21) it beat the general path's
+// 54-58 us at 171 queries x 514 rows (38 us) and lost at 512 x 1028 (80 us) and at 4 requests
+// of 64 queries on 64k prefixes (83 us, 8208 pairs).
 inline constexpr int kSmallChosenSlots = 4096;
+inline constexpr int kSmallChosenPairs = 4200;
 inline constexpr int kSmallMaxRows = 4096;     // max_rows
 inline constexpr int kSmallItemsPerThread = 8;  // the finish CTA's scans
 static_assert(kSmallRoundQueries == 64, "a round's queries are the bits of two 32-bit words per row");
