@@ -74,7 +74,7 @@ std::string bench_usage() {
          "  --requests q:k,... a packed batch: q_len new tokens, k_len final length\n"
          "  --h-q N --h-kv N --topk N   geometry [64, 4, 16]; d is 128\n"
          "  --page-size N      16, 32, 64 or 128 [128]\n"
-         "  --q-per-item N     planner chunk [" + std::to_string(Options{}.q_per_item) + "]\n"
+         "  --q-per-item N     planner chunk [automatic: msa::plan_q_per_item]\n"
          "  --path NAME        auto|block-major|tile-union for --seq/--requests [auto]\n"
          "  --seed N           [1]\n"
          "  --warmup N --reps N   graph replays [5, 20]\n";
@@ -323,9 +323,10 @@ int bench_command(const std::vector<std::string>& args) {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("msa bench prefill on %s (%d SMs, L2 %d MB): h_q %d, h_kv %d, d %d, topk %d, page %d, "
-              "q_per_item %d; median of %d graph replays after %d warm-up\n",
+              "q_per_item %s; median of %d graph replays after %d warm-up\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, o.shape.h_q, o.shape.h_kv,
-              o.shape.d, o.shape.topk, o.page_size, o.q_per_item, o.reps, o.warmup);
+              o.shape.d, o.shape.topk, o.page_size,
+              o.q_per_item > 0 ? std::to_string(o.q_per_item).c_str() : "auto", o.reps, o.warmup);
   Table table({{"case"}, {"total_q", true}, {"edges", true}, {"plan ms", true}, {"run ms", true},
                {"cv", true}, {"plan+run", true}, {"eager ms", true}, {"eff TFLOP/s", true}, {"GB/s", true},
                {"floor ms", true}, {"run/floor", true}, {"union", true}, {"sets", true}});

@@ -80,7 +80,8 @@ double scores_bytes(const Geometry& g, int h_i) { return h_i * g.total_q * g.col
 
 // Work items of a plan: the k2q capacity bound (a push_back-grown vector may hold up to that).
 double work_items(const Geometry& g, const AttentionShape& s, int q_per_item) {
-  return g.batch * g.cols * s.h_kv + ceil_div(g.total_q * s.topk * s.h_kv, q_per_item);
+  const int chunk = plan_q_per_item(s, static_cast<std::int64_t>(g.total_q), q_per_item);
+  return g.batch * g.cols * s.h_kv + ceil_div(g.total_q * s.topk * s.h_kv, chunk);
 }
 
 // One host K2qCsr (spec §2 arrays and the work list).

@@ -288,7 +288,7 @@ class Pipeline {
       route.union_tile = flags.data();
     }
     const K2qCsr oracle = build_k2q_csr_routed(shape_, prefill_.batch(), prefill_.topk.view(), host, route);
-    row.check = check_plan(plan, oracle, prefill_.topk, o_.requests, opt.q_per_item, route);
+    row.check = check_plan(plan, oracle, prefill_.topk, o_.requests, oracle.q_per_item, route);
     row.detail += "; spec invariants; = host builder";
     if (route.union_tile != nullptr)
       row.detail += format("; %lld of %zu tiles routed to the tile-union kernel",

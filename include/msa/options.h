@@ -57,8 +57,9 @@ struct Options {
   // the local block last) and report the first offending (head, query, slot, value). Off, the
   // operators still never read out of bounds: a row's selection is the set of its in-range ids.
   bool strict = false;
-  // Planner: a work item covers at most this many of a block's queries (spec §2).
-  int q_per_item = 64;
+  // Planner: a work item covers at most this many of a block's queries (spec §2); 0 (the
+  // default): chosen per plan from the problem's size (msa::plan_q_per_item, plan.h).
+  int q_per_item = 0;
   // CUDA sparse prefill organisation (see PrefillPath).
   PrefillPath prefill_path = PrefillPath::kAuto;
   // TopK's ranking (see TopkRanking); the other operators ignore it.

@@ -40,6 +40,15 @@ struct K2qSizes {
 };
 K2qSizes k2q_sizes(const AttentionShape& shape, const ProblemSize& problem, int q_per_item);
 
+// The work-item size a plan of total_q queries uses: `option` (Options::q_per_item) when it is
+// >= 1; when 0 (automatic), the queries of one 128-row M tile, min(64, ceil(128 / G)), for
+// problems of fewer than kAutoQPerItemRows (query, head, slot) rows = total_q * topk * h_q, and
+// 64 above. Small items spread a small problem's hot blocks (the local block, chosen by every
+// query of a chunk) over many CTAs; large ones halve the items of a large problem, which has
+// enough to keep every SM busy (docs/performance.md, step 22).
+inline constexpr std::int64_t kAutoQPerItemRows = std::int64_t{1} << 22;
+int plan_q_per_item(const AttentionShape& shape, std::int64_t total_q, int option);
+
 // The plan in host memory. Arrays are row-major with the shapes in brackets.
 struct K2qCsr {
   int h_kv = 0;

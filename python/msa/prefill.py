@@ -13,14 +13,15 @@ class SparsePrefill:
     (query, KV head), softmax ``scale`` (0: 1/sqrt(d)). ``backend`` is ``"cpu"`` or ``"cuda"``;
     ``strict`` checks the top-k producer contract and reports the first offending id;
     ``prefill_path`` is ``"auto"``, ``"block_major"`` or ``"tile_union"`` (CUDA); a work item
-    covers at most ``q_per_item`` queries of a block.
+    covers at most ``q_per_item`` queries of a block (0, the default: chosen per plan from the
+    problem's size).
 
     Without :meth:`set_workspace` the object allocates its scratch in :meth:`plan` (growing it
     when a larger problem comes); :meth:`run` never allocates.
     """
 
     def __init__(self, h_q: int, h_kv: int, d: int = 128, topk: int = 16, scale: float = 0.0, *,
-                 backend: str = "cpu", strict: bool = False, q_per_item: int = 64,
+                 backend: str = "cpu", strict: bool = False, q_per_item: int = 0,
                  prefill_path: str = "auto"):
         self._op = _msa.SparsePrefill(h_q, h_kv, d, topk, scale, backend, strict, q_per_item, prefill_path)
         self._workspace = None

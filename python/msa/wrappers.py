@@ -194,9 +194,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
     """
 
     def __init__(self, workspace_buffer=None, kv_layout: str = "HND", *, backend: str = "auto",
-                 strict: bool = False, prefill_path: str = "auto", q_per_item: int = 64):
+                 strict: bool = False, prefill_path: str = "auto", q_per_item: int = 0):
         super().__init__(workspace_buffer, kv_layout, backend)
-        self._options = (bool(strict), _int_arg("q_per_item", q_per_item, 1), prefill_path)
+        self._options = (bool(strict), _int_arg("q_per_item", q_per_item, 0), prefill_path)
         self._k_len = None
 
     # ---------------------------------------------------------------- plan

@@ -289,7 +289,7 @@ NB_MODULE(_msa, m) {
   nb::class_<PySparsePrefill>(m, "SparsePrefill", "msa::SparsePrefill: plan(), then run() (spec §1-3).")
       .def(nb::init<int, int, int, int, float, const std::string&, bool, int, const std::string&>(), "h_q"_a,
            "h_kv"_a, "d"_a = 128, "topk"_a = 16, "scale"_a = 0.f, "backend"_a = "cpu", "strict"_a = false,
-           "q_per_item"_a = 64, "prefill_path"_a = "auto")
+           "q_per_item"_a = msa::Options{}.q_per_item, "prefill_path"_a = "auto")
       .def("plan", &PySparsePrefill::plan, "cu_seqlens_q"_a, "k_len"_a, "topk"_a, "max_k_len"_a = nb::none(),
            "stream"_a = 0)
       .def("run", &PySparsePrefill::run, "q"_a, "k"_a, "v"_a, "out"_a, "cu_seqlens_q"_a, "k_len"_a, "topk"_a,

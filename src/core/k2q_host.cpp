@@ -110,6 +110,14 @@ std::optional<RowViolation> check_row_contract(const std::int32_t* ids, std::int
   return std::nullopt;
 }
 
+int plan_q_per_item(const AttentionShape& shape, std::int64_t total_q, int option) {
+  if (option >= 1) return option;
+  const std::int64_t group = shape.h_kv >= 1 ? std::max<std::int64_t>(1, shape.h_q / shape.h_kv) : 1;
+  const double rows = static_cast<double>(total_q) * shape.topk * shape.h_q;  // no overflow
+  if (rows >= static_cast<double>(kAutoQPerItemRows)) return 64;
+  return static_cast<int>(std::min<std::int64_t>(64, (128 + group - 1) / group));
+}
+
 K2qSizes k2q_sizes(const AttentionShape& shape, const ProblemSize& problem, int q_per_item) {
   validate_shape(shape);
   MSA_REQUIRE(q_per_item >= 1 && q_per_item <= (1 << 20), "q_per_item", std::to_string(q_per_item),
@@ -143,8 +151,8 @@ K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batc
   MSA_REQUIRE(shape.h_kv >= 1, "shape.h_kv", std::to_string(shape.h_kv), "must be >= 1");
   MSA_REQUIRE(shape.topk >= 1 && shape.topk <= kMaxPlanTopk, "shape.topk", std::to_string(shape.topk),
               "must be in 1.." + std::to_string(kMaxPlanTopk) + " (the qsplit word's slot field)");
-  MSA_REQUIRE(options.q_per_item >= 1, "options.q_per_item", std::to_string(options.q_per_item),
-              "must be >= 1");
+  MSA_REQUIRE(options.q_per_item >= 0, "options.q_per_item", std::to_string(options.q_per_item),
+              "must be >= 0 (0: automatic)");
   // Everything is checked (strict contract included) before the plan is built.
   const BatchInfo info = read_batch(batch);
   validate_topk(topk, info, shape.h_kv, shape.topk, options.strict, Device::kCpu);
@@ -157,7 +165,8 @@ K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batc
   K2qCsr csr;
   csr.h_kv = h_kv;
   csr.topk = k;
-  csr.q_per_item = options.q_per_item;
+  const std::int32_t q_per_item = plan_q_per_item(shape, info.total_q, options.q_per_item);
+  csr.q_per_item = q_per_item;
   csr.batch = info.batch;
   csr.total_q = info.total_q;
   RowMap rows = map_rows(info);
@@ -207,7 +216,6 @@ K2qCsr build_k2q_csr_routed(const AttentionShape& shape, const VarlenBatch& batc
   }
 
   // Work items in (kv_head, row, q_begin) order, then largest first (stable, so deterministic).
-  const std::int32_t q_per_item = options.q_per_item;
   for (int h = 0; h < h_kv; ++h) {
     const std::int32_t* row_ptr = csr.row_ptr.data() + h * (total_rows + 1);
     for (std::int64_t r = 0; r < total_rows; ++r) {

@@ -162,8 +162,8 @@ void validate_shape(const AttentionShape& shape) {
 void validate_options(const Options& options) {
   MSA_REQUIRE(options.backend == Backend::kCpu || options.backend == Backend::kCuda, "options.backend",
               str(static_cast<int>(options.backend)), "must be Backend::kCpu or Backend::kCuda");
-  MSA_REQUIRE(options.q_per_item >= 1 && options.q_per_item <= (1 << 20), "options.q_per_item",
-              str(options.q_per_item), "must be in 1..2^20");
+  MSA_REQUIRE(options.q_per_item >= 0 && options.q_per_item <= (1 << 20), "options.q_per_item",
+              str(options.q_per_item), "must be 0 (automatic) or in 1..2^20");
   MSA_REQUIRE(options.prefill_path == PrefillPath::kBlockMajor || options.prefill_path == PrefillPath::kTileUnion ||
                   options.prefill_path == PrefillPath::kAuto,
               "options.prefill_path", str(static_cast<int>(options.prefill_path)),

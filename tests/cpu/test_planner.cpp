@@ -253,6 +253,37 @@ TEST(Planner, MatchesBruteForceOnGeneratedWorkloads) {
   EXPECT_EQ(cases, 60);
 }
 
+// q_per_item 0 (the default): one M tile's queries for small problems, 64 for large ones; an
+// explicit value is kept.
+TEST(Planner, AutomaticWorkItemSize) {
+  const auto shape = [](int h_q, int h_kv) {
+    msa::AttentionShape s;
+    s.h_q = h_q;
+    s.h_kv = h_kv;
+    s.topk = 16;
+    return s;
+  };
+  EXPECT_EQ(msa::plan_q_per_item(shape(64, 4), 171, 0), 8);    // G = 16: 8 x 16 rows
+  EXPECT_EQ(msa::plan_q_per_item(shape(32, 4), 171, 0), 16);   // G = 8
+  EXPECT_EQ(msa::plan_q_per_item(shape(12, 4), 171, 0), 43);   // G = 3: ceil(128 / 3)
+  EXPECT_EQ(msa::plan_q_per_item(shape(4, 4), 171, 0), 64);    // G = 1: at most 64
+  EXPECT_EQ(msa::plan_q_per_item(shape(64, 4), 171, 13), 13);  // explicit
+  // total_q * topk * h_q rows: 4095 * 16 * 64 < 2^22 <= 4096 * 16 * 64.
+  EXPECT_EQ(msa::plan_q_per_item(shape(64, 4), 4095, 0), 8);
+  EXPECT_EQ(msa::plan_q_per_item(shape(64, 4), 4096, 0), 64);
+  EXPECT_EQ(msa::plan_q_per_item(shape(64, 4), std::int64_t{1} << 40, 0), 64);  // no overflow
+
+  // The plan records the size it used and its work items follow it.
+  std::mt19937_64 rng(12);
+  Inputs in(random_requests(rng, 3, 2000, 300), 4, 16, Selection::kClustered, rng());
+  const msa::K2qCsr p = plan(in, 0, false, 16);
+  EXPECT_EQ(p.q_per_item, 8);
+  check_plan(in, 8, 16);
+  const Oracle o = brute_force(in, 8);
+  ASSERT_EQ(p.work.size(), o.work.size());
+  for (const msa::WorkItem& w : p.work) EXPECT_LE(w.q_count, 8);
+}
+
 TEST(Planner, AdversarialRows) {
   std::mt19937_64 rng(11);
   for (int round = 0; round < 6; ++round) {
@@ -355,7 +386,7 @@ TEST(Planner, RejectsWhatItCannotEncode) {
     EXPECT_EQ(e.value(), "2");
   }
   msa::Options o;
-  o.q_per_item = 0;
+  o.q_per_item = -1;
   EXPECT_THROW(msa::build_k2q_csr(in.shape(), in.batch(), in.ids.view(), o), msa::Error);
   in.k_len.data<std::int32_t>()[0] = 2;
   try {

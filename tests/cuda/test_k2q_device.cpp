@@ -327,7 +327,7 @@ std::vector<PlanCase> cases() {
   add({"huge_bound", 2, 16, 64, {{300, 1000}, {50, 130000}}, Selection::kRandom, Mutation::kAdversarial,
        1900000, 16});
   // Sized for the small path (small_cases()), run on both: small chunks on long prefixes, the
-  // limits (1024 queries, 16384 slots, 4096 rows, 64 requests), routing material.
+  // limits (1024 queries, 16384 slots, 6144 rows, 64 requests), routing material.
   add({"chunk171_on_55k", 4, 16, 64, {{171, 55000}}, Selection::kRandom, Mutation::kNone, 0, 17});
   add({"chunks4_mixed", 4, 16, 32, {{171, 16000}, {1, 16000}, {64, 9000}, {200, 16000}}, Selection::kClustered,
        Mutation::kNone, 0, 18});
@@ -342,6 +342,8 @@ std::vector<PlanCase> cases() {
   add({"small_64_requests", 2, 16, 64, many_requests(64, 25, 12, 5000), Selection::kClustered,
        Mutation::kAdversarial, 0, 25});
   add({"small_loose_bound", 8, 8, 64, {{300, 1000}, {20, 150}}, Selection::kRandom, Mutation::kNone, 9000, 26});
+  add({"small_6144_rows", 4, 16, 64, std::vector<Request>(6, Request{40, 131072}), Selection::kRandom,
+       Mutation::kAdversarial, 0, 27});
   return v;
 }
 
@@ -410,15 +412,19 @@ TEST(K2qDeviceLayout, SmallPathForSmallChunks) {
   EXPECT_TRUE(geo(4, 16, {1, 1, 16385}).small);
   EXPECT_TRUE(geo(4, 16, {1, 171, 65707}).small);
   EXPECT_TRUE(geo(4, 16, {1, 171, 131243}).small);  // 4 x 1026 (head, row) pairs
-  EXPECT_TRUE(geo(4, 16, {4, 256, 16448}).small);   // 4 x 64 new tokens on 16k
-  EXPECT_FALSE(geo(4, 16, {4, 256, 65600}).small);  // on 64k: 8208 pairs, measured slower
+  EXPECT_TRUE(geo(4, 16, {4, 64, 65552}).small);     // 4 x 16 new tokens on 64k
+  EXPECT_TRUE(geo(4, 16, {4, 64, 131088}).small);    // on 128k: 4 x 4100 (head, row) pairs
+  EXPECT_FALSE(geo(4, 16, {4, 256, 16448}).small);   // 4096 slots: a tie, measured
   EXPECT_TRUE(msa::cuda::k2q_small_fits(geo(4, 16, {4, 256, 65600})));
-  EXPECT_TRUE(geo(4, 5, {1, 512, 9000}).small);     // K' = 8: 4096 slots
+  EXPECT_TRUE(geo(4, 5, {1, 384, 9000}).small);      // K' = 8: 3072 slots
+  EXPECT_FALSE(geo(4, 5, {1, 385, 9000}).small);
   EXPECT_FALSE(geo(4, 16, {1, 512, 131584}).small);  // 8192 slots: fits, measured slower
   EXPECT_TRUE(msa::cuda::k2q_small_fits(geo(4, 16, {1, 512, 131584})));
   EXPECT_FALSE(geo(4, 16, {1, 32768, 32768}).small);
   EXPECT_FALSE(geo(4, 16, {65, 65, 1000}).small);        // 65 requests
-  EXPECT_FALSE(geo(4, 16, {1, 100, 600000}).small);      // 4688 rows
+  EXPECT_TRUE(geo(4, 16, {1, 100, 600000}).small);       // 4688 rows
+  EXPECT_FALSE(geo(4, 16, {1, 100, 800000}).small);      // 6250 rows: does not fit
+  EXPECT_FALSE(geo(5, 16, {1, 100, 786432}).small);      // 5 x 6144 pairs
   EXPECT_GT(geo(4, 16, {1, 171, 65707}).small_smem_bytes, 0u);
   EXPECT_GT(geo(4, 16, {1, 512, 131584}).small_smem_bytes, 0u);  // tests may choose it
 }
@@ -628,6 +634,11 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
       {"2048_on_128k", 4, 16, 64, chunk(2048, 131072, 1), Selection::kRandom, Mutation::kNone, 0, 30},
       {"256x4_on_128k", 4, 16, 64, chunk(256, 131072, 4), Selection::kRandom, Mutation::kNone, 0, 31},
       {"64_on_64k", 4, 16, 64, chunk(64, 65536, 1), Selection::kRandom, Mutation::kNone, 0, 32},
+      {"1x4_on_64k", 4, 16, 64, chunk(1, 65536, 4), Selection::kRandom, Mutation::kNone, 0, 33},
+      {"16x4_on_64k", 4, 16, 64, chunk(16, 65536, 4), Selection::kRandom, Mutation::kNone, 0, 34},
+      {"64x4_on_64k", 4, 16, 64, chunk(64, 65536, 4), Selection::kRandom, Mutation::kNone, 0, 35},
+      {"16x4_on_128k", 4, 16, 64, chunk(16, 131072, 4), Selection::kRandom, Mutation::kNone, 0, 36},
+      {"1x16_on_16k", 4, 16, 64, chunk(1, 16384, 16), Selection::kRandom, Mutation::kNone, 0, 37},
   };
   for (const PlanCase& c : timed) {
     const PlanInputs in = make_inputs(c);

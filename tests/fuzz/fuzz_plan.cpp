@@ -25,6 +25,7 @@ void check_plan(const msa::K2qCsr& p, const msa::AttentionShape& s, const std::v
   for (auto k : k_len) rows += blocks_of(k);
   if (p.batch != B || p.total_q != total_q || p.total_rows != rows || p.h_kv != s.h_kv || p.topk != s.topk)
     bad("header fields differ from the problem");
+  if (p.q_per_item != q_per_item) bad("q_per_item " + std::to_string(p.q_per_item) + ", expected " + std::to_string(q_per_item));
   const std::int64_t edges = total_q * s.topk;
   if (static_cast<std::int64_t>(p.row_coords.size()) != 2 * rows ||
       static_cast<std::int64_t>(p.row_ptr.size()) != s.h_kv * (rows + 1) ||
@@ -86,7 +87,7 @@ void op_plan(Ctx& c) {
   Lens l = read_lens(c, B, 48);
   // Plans are cheap: longer requests than attention allows.
   for (auto& k : l.k_len) k = std::min<std::int64_t>(k * (1 + c.h.aux % 16), INT32_MAX);
-  static constexpr int kQpi[] = {64, 1, 2, 3, 7, 64, 1 << 20, 16};
+  static constexpr int kQpi[] = {64, 1, 2, 3, 7, 0, 1 << 20, 16};  // 0: automatic
   c.opt.q_per_item = kQpi[c.h.variant % 8];
   c.read_mutations();
   c.apply_shape_mutations(true);
@@ -105,7 +106,7 @@ void op_plan(Ctx& c) {
   msa::K2qCsr p;
   if (call("build_k2q_csr", [&] { p = msa::build_k2q_csr(c.shape, batch, c.T[kTopk].view, c.opt); }) == Outcome::kOk) {
     c.expect_layout_ok({kCuQ, kKLen, kTopk}, "build_k2q_csr");
-    if (!c.hostile) check_plan(p, c.shape, l.q_len, l.k_len, c.opt.q_per_item, "build_k2q_csr");
+    if (!c.hostile) check_plan(p, c.shape, l.q_len, l.k_len, msa::plan_q_per_item(c.shape, p.total_q, c.opt.q_per_item), "build_k2q_csr");
     if (c.opt.strict && !c.hostile) {
       // Strict accepts only contract rows: every row's valid ids were kept.
       for (std::int64_t q = 0; q < p.total_q; ++q)
@@ -119,7 +120,7 @@ void op_plan(Ctx& c) {
     if (call("SparsePrefill::plan", [&] { keep.back().plan(batch, c.T[kTopk].view); }) != Outcome::kOk) return;
     msa::K2qCsr s;
     if (call("SparsePrefill::plan_snapshot", [&] { s = keep.back().plan_snapshot(); }) == Outcome::kOk && !c.hostile)
-      check_plan(s, c.shape, l.q_len, l.k_len, c.opt.q_per_item, "plan_snapshot");
+      check_plan(s, c.shape, l.q_len, l.k_len, msa::plan_q_per_item(c.shape, s.total_q, c.opt.q_per_item), "plan_snapshot");
   }
 }
 }  // namespace msa_fuzz

@@ -186,7 +186,8 @@ void op_prefill(Ctx& c) {
   if (variant == 15 && planned == Outcome::kOk) {
     msa::K2qCsr snap;
     if (call("SparsePrefill::plan_snapshot", [&] { snap = op->plan_snapshot(); }) == Outcome::kOk && !c.hostile)
-      check_plan(snap, c.shape, l.q_len, l.k_len, c.opt.q_per_item, "SparsePrefill::plan_snapshot");
+      check_plan(snap, c.shape, l.q_len, l.k_len, msa::plan_q_per_item(c.shape, snap.total_q, c.opt.q_per_item),
+                 "SparsePrefill::plan_snapshot");
   }
 
   const char* what = mismatch ? "SparsePrefill::run (args differ from the plan)" : "SparsePrefill::run";

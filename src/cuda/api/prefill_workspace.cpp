@@ -13,7 +13,9 @@ PrefillWorkspace prefill_workspace(const AttentionShape& shape, const ProblemSiz
                                    void* base) {
   Arena arena = base != nullptr ? Arena(base) : Arena();
   PrefillWorkspace w;
-  w.k2q_geo = k2q_device_sizes(shape.h_kv, shape.topk, options.q_per_item, problem).geo;
+  w.k2q_geo =
+      k2q_device_sizes(shape.h_kv, shape.topk, plan_q_per_item(shape, problem.total_q, options.q_per_item), problem)
+          .geo;
   w.k2q = k2q_device_layout(w.k2q_geo, arena);
   const auto rows = static_cast<std::size_t>(shape.topk) * static_cast<std::size_t>(problem.total_q) *
                     static_cast<std::size_t>(shape.h_q);

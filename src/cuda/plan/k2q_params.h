@@ -29,15 +29,21 @@ inline constexpr int kSmallMaxBatch = 64;
 inline constexpr int kSmallMaxQueries = 1024;  // total_q (and so tiles per head)
 inline constexpr int kSmallMaxSlots = 16384;   // total_q * K' the head CTA holds
 // Where k2q_device_sizes picks the small path: at most this many slots per head and (KV head,
-// row) pairs. One SM per head does a head's work and one CTA writes every work item, so the
-// time grows with both: on the H100 (docs/performance.md, step 21) it beat the general path's
-// 54-58 us at 171 queries x 514 rows (38 us) and lost at 512 x 1028 (80 us) and at 4 requests
-// of 64 queries on 64k prefixes (83 us, 8208 pairs).
-inline constexpr int kSmallChosenSlots = 4096;
-inline constexpr int kSmallChosenPairs = 4200;
-inline constexpr int kSmallMaxRows = 4096;     // max_rows
-inline constexpr int kSmallItemsPerThread = 8;  // the finish CTA's scans
+// row) pairs. One SM per head does a head's work, so its time grows with the slots: on the H100
+// (docs/performance.md, step 22) it took 12-38 us up to 2736 slots (171 queries) on 16k-128k
+// prefixes, batches of 1-16 (the general path 30-60 us), tied at 4096 slots (57 against 59 us)
+// and lost at 8192 (65 against 57 us). Rows cost less: 4 requests on 128k prefixes (16400
+// pairs) took 38 us against 60.
+inline constexpr int kSmallChosenSlots = 3072;
+inline constexpr int kSmallChosenPairs = 4 * 6144;
+inline constexpr int kSmallMaxRows = 6144;     // max_rows (4 requests of 128k tokens: 4100)
+inline constexpr int kSmallItemsPerThread = 4;  // the finish CTA's scans (its s_first: 16 KB)
 static_assert(kSmallRoundQueries == 64, "a round's queries are the bits of two 32-bit words per row");
+// The head CTA's dynamic shared memory at the limits (small_smem below: 4 slots + 24 rows + 4
+// bytes) leaves room for its static arrays within the 227 KB of an sm_90 CTA; the finish CTA's
+// row map (4 bytes a row) and s_first stay within the 48 KB default with its static memory.
+static_assert(4 * kSmallMaxSlots + 24 * kSmallMaxRows + 4 <= 216 * 1024, "head CTA shared memory");
+static_assert(4 * kSmallMaxRows + 4 * kSmallThreads * kSmallItemsPerThread <= 44 * 1024, "finish CTA shared memory");
 static_assert(kSmallMaxQueries <= 2048 && kSmallMaxRows <= 32768,
               "the head CTA packs a kept slot as row << 16 | q_local << 5 | rank in an int");
 

@@ -28,21 +28,15 @@
 #include "core/tile_route.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/plan/k2q_params.h"
+#include "cuda/plan/tile_keys.cuh"
 
 namespace msa::cuda::k2q {
 
 // The request holding packed query q (the last b with begin[b] <= q), or -1 when q is in no
 // request's clamped range (only for batches that break the contract).
 __device__ __forceinline__ int small_request_of(const int* s_begin, const int* s_end, int batch, int q) {
-  int lo = 0, hi = batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (s_begin[mid] <= q)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return q >= s_begin[lo] && q < s_end[lo] ? lo : -1;
+  const int b = request_of_query(s_begin, batch, q, 0);
+  return q >= s_begin[b] && q < s_end[b] ? b : -1;
 }
 
 // Row of (request b, block l < rows_b): rows are level-major, request-minor.
@@ -247,6 +241,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
   using Scan = cub::BlockScan<int, kSmallThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_rows[kSmallMaxBatch];
+  __shared__ int s_first[kSmallThreads * kSmallItemsPerThread];  // a round's first item per entry
   extern __shared__ int s_coord[];
   const int tid = threadIdx.x;
   if (tid < p.batch) s_rows[tid] = request_blocks(p, tid);
@@ -268,41 +263,63 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
   wait_for_previous_grid();  // row_ptr, route flags
   __syncthreads();
 
-  // Work items over the flat (head, row) order, kSmallItemsPerThread consecutive entries a thread.
+  // Work items over the flat (head, row) order, a round of kSmallThreads * kSmallItemsPerThread
+  // entries at a time: each thread counts the items of its consecutive entries, the scan puts
+  // every entry's first item in s_first, and then each thread writes every kSmallThreads-th
+  // item of the round, found by a binary search over s_first. A warp so stores 32 consecutive
+  // items (24 bytes each); a thread writing its own entries' items left them ~200 bytes apart.
+  constexpr int kRound = kSmallThreads * kSmallItemsPerThread;
   const int stride = p.max_rows + 1;
   const int n = p.h_kv * p.max_rows;
   const int qpi = p.q_per_item;
   int carry = 0;
-  for (int base = 0; base < n; base += kSmallThreads * kSmallItemsPerThread) {
+  for (int base = 0; base < n; base += kRound) {
     const int e0 = base + tid * kSmallItemsPerThread;
-    int begin[kSmallItemsPerThread], edges[kSmallItemsPerThread];
+    int items[kSmallItemsPerThread];
     int sum = 0;
 #pragma unroll
     for (int k = 0; k < kSmallItemsPerThread; ++k) {
       const int e = e0 + k;
-      begin[k] = edges[k] = 0;
+      items[k] = 0;
       if (e < n) {
         const int h = e / p.max_rows, r = e - h * p.max_rows;
-        begin[k] = p.row_ptr[h * stride + r];
-        edges[k] = p.row_ptr[h * stride + r + 1] - begin[k];
+        const int edges = p.row_ptr[h * stride + r + 1] - p.row_ptr[h * stride + r];
+        items[k] = (edges + qpi - 1) / qpi;
       }
-      sum += (edges[k] + qpi - 1) / qpi;
+      sum += items[k];
     }
     int ex = 0, agg = 0;
     Scan(scan_tmp).ExclusiveSum(sum, ex, agg);
-    int w = carry + ex;
 #pragma unroll
     for (int k = 0; k < kSmallItemsPerThread; ++k) {
-      if (edges[k] <= 0) continue;
-      const int e = e0 + k;
+      s_first[tid * kSmallItemsPerThread + k] = ex;
+      ex += items[k];
+    }
+    __syncthreads();
+    const int round_entries = min(kRound, n - base);
+    for (int i = tid; i < agg; i += kSmallThreads) {
+      // The last entry of the round whose first item is <= i (it has items: the next entry's
+      // first is > i).
+      int lo = 0, hi = round_entries - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (s_first[mid] <= i)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      const int e = base + lo;
       const int h = e / p.max_rows, r = e - h * p.max_rows;
+      const int begin = p.row_ptr[h * stride + r];
+      const int edges = p.row_ptr[h * stride + r + 1] - begin;
+      const int first = (i - s_first[lo]) * qpi;
+      const int w = carry + i;
       const int coord = s_coord[r];
-      for (int first = 0; first < edges[k]; first += qpi, ++w)
-        if (w < p.work_capacity)
-          p.work[w] = WorkItem{h, r, begin[k] + first, min(qpi, edges[k] - first), coord >> 20, coord & 0xfffff};
+      if (w < p.work_capacity)
+        p.work[w] = WorkItem{h, r, begin + first, min(qpi, edges - first), coord >> 20, coord & 0xfffff};
     }
     carry += agg;
-    __syncthreads();  // scan_tmp is reused
+    __syncthreads();  // scan_tmp and s_first are reused
   }
   if (tid == 0) *p.work_count = min(carry, p.work_capacity);
 
