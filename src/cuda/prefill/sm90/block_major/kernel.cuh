@@ -14,7 +14,8 @@
 // occupy the tensor cores.
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
-//   q_full[2] (96 builder arrivals + TMA bytes)   q_empty[2] (256, after the O stores read it)
+//   q_full[2] (96 builder arrivals + TMA bytes)   q_empty[2] (256, once the O stores read it,
+//                                                  checked after the next step's S = QK^T)
 #pragma once
 
 #include <cstdint>
@@ -112,6 +113,9 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
   const int count = sched.size();
   std::uint32_t step = 0;
   std::uint32_t use = 0;
+  // The previous step's O stores are read out of its Q buffer while this step's S = QK^T runs;
+  // the buffer is released once they have (stores_read), not at the end of its own step.
+  int pending = -1;  // Q buffer whose stores may still be reading it
   // The next item's row count, read an item ahead.
   int rows = blockIdx.x < count ? sched.item(blockIdx.x).q_count * p.attn.group : 0;
   for (const int pos : sched.mine()) {
@@ -140,6 +144,11 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
       cute::warpgroup_wait<0>();
       cute::warpgroup_fence_operand(acc_s);
       if (last) Barrier64::arrive(&smem.kv.k_empty[s]);
+      if (pending >= 0) {
+        stores_read();
+        Barrier64::arrive(&smem.q_empty[pending]);
+        pending = -1;
+      }
 
       auto frag_p = make_frag_p<Traits>();
       float m_scaled[2], row_sum[2];
@@ -165,10 +174,15 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
         const int o_row = info.slot * static_cast<int>(p.attn.total_q) + info.qg;
         return RowDest{info.qg >= 0, info.h, o_row, std::int64_t(o_row) * p.attn.h_q + info.h};
       };
-      store_tile<Traits>(tma, acc_o, m_scaled, row_sum, smem.q[buf], p.attn.lse_partial, opaque_tid() - 128, target);
-      Barrier64::arrive(&smem.q_empty[buf]);
+      store_tile<Traits, false>(tma, acc_o, m_scaled, row_sum, smem.q[buf], p.attn.lse_partial, opaque_tid() - 128,
+                                target);
+      pending = buf;
     }
     ++use;
+  }
+  if (pending >= 0) {
+    stores_read();
+    Barrier64::arrive(&smem.q_empty[pending]);
   }
   turn.finish();
 }

@@ -49,10 +49,11 @@ __device__ __forceinline__ void stage_normalised_o(const AccO& acc_o, const floa
 
 // The epilogue of one tile for this consumer warpgroup's 64 rows. m_scaled: the row halves'
 // max * scale_log2; row_sum: this thread's part of their sums (the quad adds them); o_scale:
-// a factor on O (FP8 V's descale, else 1) that the LSE does not see. The thread
+// a factor on O (FP8 V's descale, else 1) that the LSE does not see. With kWaitRead the thread
 // issuing a box waits for the store to have read shared memory, so the warpgroup may release
-// `so` to the next Q gather right after.
-template <class Traits, class AccO, class RowTarget>
+// `so` to the next Q gather right after; without it the caller calls stores_read() before it
+// releases `so`, and works meanwhile.
+template <class Traits, bool kWaitRead = true, class AccO, class RowTarget>
 __device__ __forceinline__ void store_tile(const PrefillTma& tma, const AccO& acc_o, const float (&m_scaled)[2],
                                            const float (&row_sum)[2], typename Traits::Element* so, float* lse_partial,
                                            int ct, const RowTarget& target, float o_scale = 1.f) {
@@ -91,9 +92,13 @@ __device__ __forceinline__ void store_tile(const PrefillTma& tma, const AccO& ac
         cute::SM90_TMA_STORE_3D::copy(&tma.o_partial, so + Traits::q_box_offset(r, c), c * Traits::kBoxCols, dest.h,
                                       dest.o_row);
       cute::tma_store_arrive();
-      cute::tma_store_wait<0>();  // shared memory read: the buffer may be refilled
+      if constexpr (kWaitRead) cute::tma_store_wait<0>();  // shared memory read: the buffer may be refilled
     }
   }
 }
+
+// Every TMA store this thread issued has read its shared memory (a no-op for a thread that
+// issued none): after store_tile<Traits, false>, before its buffer is released.
+__device__ __forceinline__ void stores_read() { cute::tma_store_wait<0>(); }
 
 }  // namespace msa::cuda::prefill_sm90
