@@ -25,6 +25,7 @@
 #include "msa/msa.h"
 #include "tests/support/cuda_cases.h"
 #include "tests/support/cuda_check.h"
+#include "tests/support/cuda_graph.h"
 #include "tests/support/device_tensor.h"
 
 namespace {
@@ -220,13 +221,9 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
   CUDA_OK(cudaMemset(d.out.ptr, 0xff, out.bytes()));
   CUDA_OK(cudaMemset(d.lse.ptr, 0xff, lse.bytes()));
   CUDA_OK(cudaDeviceSynchronize());
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  op.run(d.args, stream);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_OK(cudaGraphLaunch(exec, stream));
+  const msa::test::CapturedGraph graph(stream, [&](cudaStream_t s) { op.run(d.args, s); });
+  ASSERT_TRUE(graph.ok());
+  CUDA_OK(graph.launch(stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   d.out.download(out2);
   d.lse.download(lse2);
@@ -256,14 +253,12 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
     if (c.head_major) d.topk.upload(w2.topk);
     else d.topk.upload(msa::bench::query_major_topk(w2.topk));
     CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(graph.launch(stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     d.out.download(out2);
     d.lse.download(lse2);
     expect_matches(out2, lse2, ref2, c.name + " replay with new seq_len, top-k and q");
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 

@@ -25,6 +25,7 @@
 #include "tests/support/compare.h"
 #include "tests/support/cuda_cases.h"
 #include "tests/support/cuda_check.h"
+#include "tests/support/cuda_graph.h"
 #include "tests/support/device_tensor.h"
 #include "tests/support/expect_error.h"
 
@@ -288,12 +289,9 @@ TEST(IndexerCuda, GraphReplaysNewLengthsAndQueries) {
   op.plan(a.batch);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  op.run(a, stream);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  const msa::test::CapturedGraph graph(
+      stream, [&](cudaStream_t s) { op.run(a, s); }, cudaStreamCaptureModeThreadLocal);
+  ASSERT_TRUE(graph.ok());
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE(testing::Message() << "step " << step);
     // Shorter sequences (their pages stay allocated); new queries.
@@ -304,13 +302,11 @@ TEST(IndexerCuda, GraphReplaysNewLengthsAndQueries) {
     in.q.upload(w.index_q);
     in.k_len.upload(w.k_len);
     d_scores.poison(scores);
-    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(graph.launch(stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     d_scores.download(scores);
     EXPECT_TRUE(msa::test::close(scores, cpu_scores(w, c.h_i, cols), kScoreTolerance));
   }
-  CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaGraphDestroy(graph));
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
@@ -534,12 +530,13 @@ TEST(IndexerTopkCuda, BitwiseReproducibleAndGraphReplay) {
   const msa::IndexerArgs a = in.args({});
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  op.run({a.index_q, a.index_k, a.batch, d_out.view}, stream);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  const msa::test::CapturedGraph graph(
+      stream,
+      [&](cudaStream_t s) {
+        op.run({a.index_q, a.index_k, a.batch, d_out.view}, s);
+      },
+      cudaStreamCaptureModeThreadLocal);
+  ASSERT_TRUE(graph.ok());
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE(testing::Message() << "step " << step);
     w.k_len.data<std::int32_t>()[0] = 5000 - 1100 * step;
@@ -548,7 +545,7 @@ TEST(IndexerTopkCuda, BitwiseReproducibleAndGraphReplay) {
     in.q.upload(w.index_q);
     in.k_len.upload(w.k_len);
     d_out.poison(out);
-    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(graph.launch(stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     d_out.download(out);
     const HostTensor want = topk_of(w, run_cuda(w, f.c, (max_k_len + 127) / 128), f.c.h_i, f.k);
@@ -556,8 +553,6 @@ TEST(IndexerTopkCuda, BitwiseReproducibleAndGraphReplay) {
     EXPECT_EQ(id_mismatches(out, want, f.k, &ranked), 0);
     EXPECT_GT(ranked, 0);
   }
-  CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaGraphDestroy(graph));
   CUDA_OK(cudaStreamDestroy(stream));
 }
 

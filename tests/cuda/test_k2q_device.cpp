@@ -24,8 +24,9 @@
 #include "cuda/plan/k2q_device.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
-#include "tests/support/device_tensor.h"
 #include "tests/support/cuda_check.h"
+#include "tests/support/cuda_graph.h"
+#include "tests/support/device_tensor.h"
 
 namespace {
 
@@ -429,6 +430,15 @@ TEST(K2qDeviceLayout, SmallPathForSmallChunks) {
   EXPECT_GT(geo(4, 16, {1, 512, 131584}).small_smem_bytes, 0u);  // tests may choose it
 }
 
+// Builds dp's plan on a stream of its own and compares it with the host's, byte for byte.
+void expect_device_plan(const msa::K2qCsr& host, const DevicePlan& dp) {
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
+  expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes.geo, dp.buffers, stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
 class K2qDevice : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(K2qDevice, MatchesHostBuilder) {
@@ -464,19 +474,16 @@ TEST_P(K2qDevice, GraphReplayMatchesHostBuilder) {
   if (dp.sizes.geo.unit_smem_bytes > msa::cuda::kK2qUnitSmemDefault)  // sets the kernel attribute outside capture
     msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
-  cudaGraph_t graph = nullptr;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 2; ++replay) {
-    dp.poison();
-    CUDA_OK(cudaGraphLaunch(exec, stream));
-    expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes.geo, dp.buffers, stream));
+  {
+    const msa::test::CapturedGraph graph(
+        stream, [&](cudaStream_t s) { msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, s); });
+    ASSERT_TRUE(graph.ok());
+    for (int replay = 0; replay < 2; ++replay) {
+      dp.poison();
+      CUDA_OK(graph.launch(stream));
+      expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes.geo, dp.buffers, stream));
+    }
   }
-  CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaGraphDestroy(graph));
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
@@ -503,11 +510,7 @@ TEST_P(K2qDevice, RoutedMatchesHostBuilder) {
     }
     dp.inputs.union_tile = static_cast<const std::uint8_t*>(d_flags.get());
     dp.inputs.route_q_per_tile = q_per_tile;
-    cudaStream_t stream = nullptr;
-    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
-    expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes.geo, dp.buffers, stream));
-    CUDA_OK(cudaStreamDestroy(stream));
+    expect_device_plan(host, dp);
   }
 }
 
@@ -534,11 +537,7 @@ TEST_P(K2qDevice, RoutesByTheRule) {
     const msa::cuda::TileRouteParams& rp = route.params;
     const DeviceBuffer &d_tile = route.tile, &d_list = route.list, &d_count = route.count;
     dp.inputs.route = &rp;
-    cudaStream_t stream = nullptr;
-    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
-    expect_same_plan(host, msa::cuda::k2q_device_snapshot(dp.sizes.geo, dp.buffers, stream));
-    CUDA_OK(cudaStreamDestroy(stream));
+    expect_device_plan(host, dp);
 
     std::vector<std::uint8_t> got(flags.size());
     std::int32_t count = -1;
@@ -653,20 +652,17 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
       CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);  // kernel attributes
       CUDA_OK(cudaStreamSynchronize(stream));
-      cudaGraph_t graph = nullptr;
-      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, stream);
-      CUDA_OK(cudaStreamEndCapture(stream, &graph));
-      cudaGraphExec_t exec = nullptr;
-      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      const msa::test::CapturedGraph graph(
+          stream, [&](cudaStream_t s) { msa::cuda::build_k2q_device(dp.sizes.geo, dp.inputs, dp.buffers, s); });
+      ASSERT_TRUE(graph.ok());
       cudaEvent_t start, stop;
       CUDA_OK(cudaEventCreate(&start));
       CUDA_OK(cudaEventCreate(&stop));
-      for (int i = 0; i < 5; ++i) CUDA_OK(cudaGraphLaunch(exec, stream));
+      for (int i = 0; i < 5; ++i) CUDA_OK(graph.launch(stream));
       std::vector<float> ms;
       for (int i = 0; i < 50; ++i) {
         CUDA_OK(cudaEventRecord(start, stream));
-        CUDA_OK(cudaGraphLaunch(exec, stream));
+        CUDA_OK(graph.launch(stream));
         CUDA_OK(cudaEventRecord(stop, stream));
         CUDA_OK(cudaEventSynchronize(stop));
         float t = 0;
@@ -680,8 +676,6 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
                   ms[ms.size() / 2] * 1e3, ms[0] * 1e3);
       CUDA_OK(cudaEventDestroy(start));
       CUDA_OK(cudaEventDestroy(stop));
-      CUDA_OK(cudaGraphExecDestroy(exec));
-      CUDA_OK(cudaGraphDestroy(graph));
       CUDA_OK(cudaStreamDestroy(stream));
     }
   }

@@ -19,13 +19,14 @@
 #include "bench/compare.h"
 #include "bench/workload.h"
 #include "core/tile_route.h"
+#include "cpu/reference.h"
 #include "cuda/instances.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
-#include "cpu/reference.h"
 #include "msa/msa.h"
-#include "tests/support/device_tensor.h"
 #include "tests/support/cuda_cases.h"
 #include "tests/support/cuda_check.h"
+#include "tests/support/cuda_graph.h"
+#include "tests/support/device_tensor.h"
 
 namespace {
 
@@ -185,21 +186,17 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   HostTensor out2(dtype, {w.total_q, s.h_q, s.d}), lse2(msa::DType::kFP32, {w.total_q, s.h_q});
   CUDA_OK(cudaMemset(d_out.ptr, 0xff, out.bytes()));
   CUDA_OK(cudaMemset(d_lse.ptr, 0xff, lse.bytes()));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  op.plan(a.batch, a.topk, max_k_len, stream);  // same sizes: no allocation inside capture
-  op.run(a, stream);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_OK(cudaGraphLaunch(exec, stream));
+  const msa::test::CapturedGraph graph(stream, [&](cudaStream_t s) {
+    op.plan(a.batch, a.topk, max_k_len, s);  // same sizes: no allocation inside capture
+    op.run(a, s);
+  });
+  ASSERT_TRUE(graph.ok());
+  CUDA_OK(graph.launch(stream));
   CUDA_OK(cudaStreamSynchronize(stream));
   d_out.download(out2);
   d_lse.download(lse2);
   EXPECT_EQ(std::memcmp(out.raw(), out2.raw(), out.bytes()), 0) << c.name << ": graph rerun differs";
   EXPECT_EQ(std::memcmp(lse.raw(), lse2.raw(), lse.bytes()), 0) << c.name << ": graph rerun lse differs";
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 

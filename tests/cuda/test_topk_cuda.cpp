@@ -16,6 +16,7 @@
 #include "bench/workload.h"
 #include "msa/msa.h"
 #include "tests/support/cuda_check.h"
+#include "tests/support/cuda_graph.h"
 #include "tests/support/device_tensor.h"
 
 namespace {
@@ -206,12 +207,13 @@ TEST(TopkCuda, GraphReplaysNewScoresAndLengths) {
   op.plan({d_cu.view, d_k_len.view});
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  op.run({d_scores.view, {d_cu.view, d_k_len.view}, d_out.view}, stream);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  const msa::test::CapturedGraph graph(
+      stream,
+      [&](cudaStream_t s) {
+        op.run({d_scores.view, {d_cu.view, d_k_len.view}, d_out.view}, s);
+      },
+      cudaStreamCaptureModeThreadLocal);
+  ASSERT_TRUE(graph.ok());
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE(testing::Message() << "step " << step);
     batch.k_len.data<std::int32_t>()[0] = 5000 + 1000 * step;
@@ -220,13 +222,11 @@ TEST(TopkCuda, GraphReplaysNewScoresAndLengths) {
     d_scores.upload(scores);
     d_k_len.upload(batch.k_len);
     d_out.poison(got);
-    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(graph.launch(stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     d_out.download(got);
     EXPECT_EQ(ints(got), ints(cpu_topk(scores, scores.view(), batch, k)));
   }
-  CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaGraphDestroy(graph));
   CUDA_OK(cudaStreamDestroy(stream));
 }
 

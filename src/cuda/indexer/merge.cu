@@ -34,16 +34,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) merge_kernel(const Indexe
   for (std::int64_t row = std::int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32; row < rows; row += warps) {
     const std::int64_t head = row / p.total_q;
     const std::int64_t q = row - head * p.total_q;
-    const int b = request_of_query(p.cu_seqlens_q, p.batch, q, 0, p.stride_cu_seqlens_q);
-    const std::int64_t q0 = p.cu_seqlens_q[b * p.stride_cu_seqlens_q];
-    const std::int64_t q_len = p.cu_seqlens_q[(b + 1) * p.stride_cu_seqlens_q] - q0;
-    const std::int64_t pos = std::int64_t{p.k_len[b * p.stride_k_len]} - q_len + (q - q0);
-    const int local = static_cast<int>(pos <= 0 ? 0 : std::min<std::int64_t>(pos / kBlockSize, INT32_MAX - 1));
+    const int local = topk_select::local_block(
+        topk_select::row_position(p.cu_seqlens_q, p.stride_cu_seqlens_q, p.k_len, p.stride_k_len, p.batch, q));
     std::int32_t* out = p.topk + head * p.stride_topk_head + q * p.stride_topk_token;
-    if (local < p.k) {  // n = local + 1 <= k
-      for (int s = lane; s < p.k; s += 32) out[s * p.stride_topk_slot] = s <= local ? s : -1;
-      continue;
-    }
+    if (topk_select::write_short_row(out, p.stride_topk_slot, p.k, local, lane)) continue;
     const int want = p.k - 1;
     // The units holding a candidate of the row (blocks [0, min(local, cols))): the first `lists`.
     const int ranked = min(local, p.cols);

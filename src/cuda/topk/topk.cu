@@ -56,16 +56,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
     const std::int64_t head = rows32 ? static_cast<std::uint32_t>(row) / static_cast<std::uint32_t>(p.total_q)
                                      : row / p.total_q;
     const std::int64_t q = row - head * p.total_q;
-    const int b = request_of_query(p.cu_seqlens_q, p.batch, q, 0, p.cu_seqlens_q_stride);
-    const std::int64_t q0 = p.cu_seqlens_q[b * p.cu_seqlens_q_stride];
-    const std::int64_t q_len = p.cu_seqlens_q[(b + 1) * p.cu_seqlens_q_stride] - q0;
-    const std::int64_t pos = std::int64_t{p.k_len[b * p.k_len_stride]} - q_len + (q - q0);
-    const int local = static_cast<int>(pos <= 0 ? 0 : std::min<std::int64_t>(pos / kBlockSize, INT32_MAX - 1));
+    const int local = topk_select::local_block(
+        topk_select::row_position(p.cu_seqlens_q, p.cu_seqlens_q_stride, p.k_len, p.k_len_stride, p.batch, q));
     std::int32_t* out = p.topk + head * p.topk_stride_h + q * p.topk_stride_q;
-    if (local < p.k) {  // n = local + 1 <= k
-      for (int s = lane; s < p.k; s += 32) out[s * p.topk_stride_slot] = s <= local ? s : -1;
-      continue;
-    }
+    if (topk_select::write_short_row(out, p.topk_stride_slot, p.k, local, lane)) continue;
     const int want = p.k - 1;
     const float* sc = p.scores + head * p.scores_stride_h + q * p.scores_stride_q;
     const std::int64_t stride = p.scores_stride_col;

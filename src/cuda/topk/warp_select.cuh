@@ -11,9 +11,40 @@
 // one shuffle (the worse keys move down).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
+#include "cuda/plan/tile_keys.cuh"  // request_of_query
+#include "msa/shapes.h"             // kBlockSize
+
 namespace msa::cuda::topk_select {
+
+// A row's facts before its selection, shared by the top-k kernel and the fused indexer's merge.
+// The position of packed query q (bottom-right causal): k_len[b] - q_len[b] + (q - first query
+// of b), for its request b (strides in elements).
+__device__ __forceinline__ std::int64_t row_position(const std::int32_t* cu_seqlens_q, std::int64_t cu_stride,
+                                                     const std::int32_t* k_len, std::int64_t k_len_stride, int batch,
+                                                     std::int64_t q) {
+  const int b = request_of_query(cu_seqlens_q, batch, q, 0, cu_stride);
+  const std::int64_t q0 = cu_seqlens_q[b * cu_stride];
+  const std::int64_t q_len = cu_seqlens_q[(b + 1) * cu_stride] - q0;
+  return std::int64_t{k_len[b * k_len_stride]} - q_len + (q - q0);
+}
+
+// The local block of a query at `pos`: the block holding it, 0 for pos <= 0. The row keeps it
+// last; the blocks before it are its candidates.
+__device__ __forceinline__ int local_block(std::int64_t pos) {
+  return static_cast<int>(pos <= 0 ? 0 : (pos / kBlockSize < INT32_MAX - 1 ? pos / kBlockSize : INT32_MAX - 1));
+}
+
+// The n <= K shortcut, written by the warp's lanes: a row whose local block is below k keeps
+// blocks 0..local, then -1. False (nothing written) for a row that must be ranked.
+__device__ __forceinline__ bool write_short_row(std::int32_t* out, std::int64_t slot_stride, int k, int local,
+                                                int lane) {
+  if (local >= k) return false;
+  for (int s = lane; s < k; s += 32) out[s * slot_stride] = s <= local ? s : -1;
+  return true;
+}
 
 constexpr unsigned kAll = 0xffffffffu;
 constexpr int kGroup = 128;  // candidates per warp step: 4 per lane
