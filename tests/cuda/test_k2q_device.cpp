@@ -407,6 +407,26 @@ TEST(K2qDeviceLayout, UnitsShrinkForSmallBatchesWithinTheBudget) {
 
 // The path choice (sizing only, no GPU): the small path where it fits and was measured faster
 // (at most 4096 top-k slots per head and 4200 (head, row) pairs), the general path otherwise.
+// The automatic work-item size switches from 8 to 64 queries at 2^22 (query, head, slot) rows
+// (G = 16: 4096 queries at K = 16); the workspace must still grow with the problem, so that
+// one sized for the largest problem fits every smaller plan.
+TEST(K2qDeviceLayout, WorkspaceGrowsAcrossTheItemSizeSwitch) {
+  const msa::AttentionShape s{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
+  msa::Options o;
+  o.backend = msa::Backend::kCuda;
+  std::size_t previous = 0;
+  for (const std::int64_t total_q : {4000, 4095, 4096, 4097, 8192}) {
+    const std::size_t bytes = msa::SparsePrefill::workspace_bytes(s, {1, total_q, 65536}, o);
+    EXPECT_GE(bytes, previous) << "total_q " << total_q;
+    previous = bytes;
+  }
+  // An explicit size is kept: 64-query items need a shorter work list than the automatic 8.
+  msa::Options fixed = o;
+  fixed.q_per_item = 64;
+  EXPECT_LT(msa::SparsePrefill::workspace_bytes(s, {1, 4095, 65536}, fixed),
+            msa::SparsePrefill::workspace_bytes(s, {1, 4095, 65536}, o));
+}
+
 TEST(K2qDeviceLayout, SmallPathForSmallChunks) {
   using msa::ProblemSize;
   const auto geo = [](int h_kv, int topk, ProblemSize p) { return msa::cuda::k2q_device_sizes(h_kv, topk, 64, p).geo; };

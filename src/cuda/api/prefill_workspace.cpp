@@ -13,9 +13,12 @@ PrefillWorkspace prefill_workspace(const AttentionShape& shape, const ProblemSiz
                                    void* base) {
   Arena arena = base != nullptr ? Arena(base) : Arena();
   PrefillWorkspace w;
-  w.k2q_geo =
-      k2q_device_sizes(shape.h_kv, shape.topk, plan_q_per_item(shape, problem.total_q, options.q_per_item), problem)
-          .geo;
+  // The automatic item size grows with the problem; the work list is sized for its smallest
+  // items at every size, so that the workspace grows with the problem too (a caller sizes it
+  // once, for its largest).
+  const int q_per_item = plan_q_per_item(shape, problem.total_q, options.q_per_item);
+  const int capacity_q_per_item = options.q_per_item >= 1 ? q_per_item : plan_q_per_item(shape, 0, 0);
+  w.k2q_geo = k2q_device_sizes(shape.h_kv, shape.topk, q_per_item, problem, capacity_q_per_item).geo;
   w.k2q = k2q_device_layout(w.k2q_geo, arena);
   const auto rows = static_cast<std::size_t>(shape.topk) * static_cast<std::size_t>(problem.total_q) *
                     static_cast<std::size_t>(shape.h_q);

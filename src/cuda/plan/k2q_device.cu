@@ -134,7 +134,8 @@ bool k2q_small_fits(const K2qDeviceGeometry& g) {
          static_cast<std::int64_t>(g.h_kv) * g.max_rows <= (std::int64_t{1} << 16);
 }
 
-K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const ProblemSize& problem) {
+K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const ProblemSize& problem,
+                                int capacity_q_per_item) {
   MSA_REQUIRE(h_kv >= 1 && h_kv <= 65535, "shape.h_kv", std::to_string(h_kv), "must be in 1..65535");
   MSA_REQUIRE(topk >= 1 && topk <= 32, "shape.topk", std::to_string(topk), "the device planner supports topk in 1..32");
   AttentionShape shape;
@@ -154,7 +155,9 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
   g.max_blocks = ceil_div(problem.max_k_len, kBlockSize);
   g.max_rows = ks.max_rows;
   g.edges_per_head = ks.edges_per_head;
-  g.work_capacity = ks.work_capacity;
+  MSA_ASSERT(capacity_q_per_item >= 0 && capacity_q_per_item <= q_per_item);
+  g.work_capacity =
+      capacity_q_per_item >= 1 ? k2q_sizes(shape, problem, capacity_q_per_item).work_capacity : ks.work_capacity;
   MSA_REQUIRE(scan_items(g) <= kInt32Max, "max_k_len", std::to_string(problem.max_k_len),
               "batch * ceil(max_k_len / " + std::to_string(kBlockSize) + ") * h_kv rows must fit in int32");
 

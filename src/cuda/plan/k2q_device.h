@@ -31,11 +31,11 @@ struct K2qDeviceGeometry {
   std::int64_t max_k_len = 0;  // host bound on every k_len[b]
   int h_kv = 0;
   int topk = 0;                     // K, 1..32 (one warp segment per query)
-  int q_per_item = 0;               // work-item chunk (options.q_per_item)
+  int q_per_item = 0;               // work-item chunk (msa::plan_q_per_item)
   std::int64_t max_blocks = 0;      // ceil(max_k_len / kBlockSize): levels, and blocks of a request
   std::int64_t max_rows = 0;        // batch * max_blocks >= total_rows
   std::int64_t edges_per_head = 0;  // total_q * topk
-  std::int64_t work_capacity = 0;   // msa::k2q_sizes(...).work_capacity
+  std::int64_t work_capacity = 0;   // msa::k2q_sizes(..., capacity_q_per_item).work_capacity
   // Histogram units: each warp of the count/scatter kernels owns up to q_per_unit consecutive
   // queries of one request. q_per_unit grows with max_blocks so that the per-unit histograms
   // (max_units x max_blocks) stay about the size of the edge list, and shrinks (to 8) for small
@@ -70,7 +70,11 @@ struct K2qDeviceSizes {
 // Sizes for a problem. Throws msa::Error for what the device planner does not support
 // (topk > 32, int32 overflow of the plan, a request with more blocks than shared memory holds
 // counters for). Needs no device: the CUB scan's scratch is cub_temp_bound() (cuda/common/cub_temp.h).
-K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const ProblemSize& problem);
+// The work list holds the items of chunks of capacity_q_per_item (1..q_per_item; 0: q_per_item),
+// so that a workspace sized with the smallest chunk the automatic choice takes fits every
+// smaller problem whatever chunk it is planned with.
+K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const ProblemSize& problem,
+                                int capacity_q_per_item = 0);
 
 // (edges, work items) of one CSR row, edges << 32 | items: one 64-bit sum scans both.
 using K2qRowTotal = unsigned long long;
