@@ -640,25 +640,29 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
 TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   MSA_SKIP_WITHOUT_GPU();
   const auto chunk = [](int q, int prefix, int count) { return std::vector<Request>(count, Request{q, q + prefix}); };
-  std::vector<PlanCase> timed = {
-      {"S32k_B1_random", 4, 16, 64, {{32768, 32768}}, Selection::kRandom, Mutation::kNone, 0, 21},
-      {"S128k_B1_random", 4, 16, 64, {{131072, 131072}}, Selection::kRandom, Mutation::kNone, 0, 22},
-      {"chunk8k_of_128k", 4, 16, 64, {{8192, 131072}}, Selection::kRandom, Mutation::kNone, 0, 23},
-      {"B256_chunks", 4, 16, 64, many_requests(256, 24, 256, 60000), Selection::kRandom, Mutation::kNone, 0, 24},
-      {"1_on_16k", 4, 16, 64, chunk(1, 16384, 1), Selection::kRandom, Mutation::kNone, 0, 25},
-      {"171_on_64k", 4, 16, 64, chunk(171, 65536, 1), Selection::kRandom, Mutation::kNone, 0, 26},
-      {"512_on_128k", 4, 16, 64, chunk(512, 131072, 1), Selection::kRandom, Mutation::kNone, 0, 27},
-      {"171x4_on_128k", 4, 16, 64, chunk(171, 131072, 4), Selection::kRandom, Mutation::kNone, 0, 28},
-      {"1024_on_128k", 4, 16, 64, chunk(1024, 131072, 1), Selection::kRandom, Mutation::kNone, 0, 29},
-      {"2048_on_128k", 4, 16, 64, chunk(2048, 131072, 1), Selection::kRandom, Mutation::kNone, 0, 30},
-      {"256x4_on_128k", 4, 16, 64, chunk(256, 131072, 4), Selection::kRandom, Mutation::kNone, 0, 31},
-      {"64_on_64k", 4, 16, 64, chunk(64, 65536, 1), Selection::kRandom, Mutation::kNone, 0, 32},
-      {"1x4_on_64k", 4, 16, 64, chunk(1, 65536, 4), Selection::kRandom, Mutation::kNone, 0, 33},
-      {"16x4_on_64k", 4, 16, 64, chunk(16, 65536, 4), Selection::kRandom, Mutation::kNone, 0, 34},
-      {"64x4_on_64k", 4, 16, 64, chunk(64, 65536, 4), Selection::kRandom, Mutation::kNone, 0, 35},
-      {"16x4_on_128k", 4, 16, 64, chunk(16, 131072, 4), Selection::kRandom, Mutation::kNone, 0, 36},
-      {"1x16_on_16k", 4, 16, 64, chunk(1, 16384, 16), Selection::kRandom, Mutation::kNone, 0, 37},
+  // Random selections, h_kv 4, topk 16, q_per_item 64; seeds 21, 22, ... in table order.
+  std::vector<PlanCase> timed;
+  const auto add = [&timed](const char* name, std::vector<Request> requests) {
+    timed.push_back({name, 4, 16, 64, std::move(requests), Selection::kRandom, Mutation::kNone, 0,
+                     21 + static_cast<std::uint64_t>(timed.size())});
   };
+  add("S32k_B1_random", std::vector<Request>{{32768, 32768}});
+  add("S128k_B1_random", std::vector<Request>{{131072, 131072}});
+  add("chunk8k_of_128k", std::vector<Request>{{8192, 131072}});
+  add("B256_chunks", many_requests(256, 24, 256, 60000));
+  add("1_on_16k", chunk(1, 16384, 1));
+  add("171_on_64k", chunk(171, 65536, 1));
+  add("512_on_128k", chunk(512, 131072, 1));
+  add("171x4_on_128k", chunk(171, 131072, 4));
+  add("1024_on_128k", chunk(1024, 131072, 1));
+  add("2048_on_128k", chunk(2048, 131072, 1));
+  add("256x4_on_128k", chunk(256, 131072, 4));
+  add("64_on_64k", chunk(64, 65536, 1));
+  add("1x4_on_64k", chunk(1, 65536, 4));
+  add("16x4_on_64k", chunk(16, 65536, 4));
+  add("64x4_on_64k", chunk(64, 65536, 4));
+  add("16x4_on_128k", chunk(16, 131072, 4));
+  add("1x16_on_16k", chunk(1, 16384, 16));
   for (const PlanCase& c : timed) {
     const PlanInputs in = make_inputs(c);
     for (const bool small : {false, true}) {

@@ -46,15 +46,16 @@ struct K2qDeviceGeometry {
   std::size_t unit_smem_bytes = 0;  // dynamic shared memory of those CTAs
   // The small path (k2q_small_kernels.cuh): the whole plan in two launches, one CTA per KV head
   // and one to finish, chosen where it fits (k2q_small_fits) and was measured faster (at most
-  // 4096 top-k slots per head and 4200 (head, row) pairs); the general path's ten launches
-  // otherwise. Same output byte for byte. Tests set it either way on any geometry that fits.
+  // k2q::kSmallChosenSlots top-k slots per head and kSmallChosenPairs (head, row) pairs); the
+  // general path's ten launches otherwise. Same output byte for byte. Tests set it either way on any geometry that
+  // fits.
   bool small = false;
   std::size_t small_smem_bytes = 0;  // dynamic shared memory of the head CTA
 };
 
 // Whether the small path can plan this geometry: 1..64 requests, at most 1024 queries, 16384
-// top-k slots per head (queries x next power of two >= topk), 4096 rows, and 65536 (head, row)
-// pairs.
+// top-k slots per head (queries x next power of two >= topk), 6144 rows, and 65536 (head, row)
+// pairs (k2q_params.h, kSmall*).
 bool k2q_small_fits(const K2qDeviceGeometry& geo);
 
 // Dynamic shared memory the count/scatter kernels get without an opt-in attribute; plans above
