@@ -86,14 +86,18 @@ struct SoftmaxState {
   float l[2] = {0.f, 0.f};
 };
 
-// Masks S, folds it into the running state, rescales O and writes P.
-template <class AccS, class FragP, class AccO>
-__device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO& acc_o, const int (&key_limit)[2],
-                                               std::uint32_t chunks, float scale_log2, SoftmaxState& st, int ct) {
+// The online update in two halves, so that a warpgroup's P(u-1) V(u-1) may still run on the
+// tensor cores while the softmax of S(u) runs. softmax_fold masks S, folds it into the running
+// state and leaves P = exp2(s * scale_log2 - m) in S's registers (FP32), with alpha per row half,
+// the factor on the O accumulated so far; it touches neither O nor the P V operand. Once that
+// P V has completed, softmax_apply rescales O by alpha and writes P into the operand.
+template <class AccS>
+__device__ __forceinline__ void softmax_fold(AccS& acc_s, const int (&key_limit)[2], std::uint32_t chunks,
+                                             float scale_log2, SoftmaxState& st, int ct, float (&alpha)[2]) {
   mask_keys(acc_s, key_limit, chunks, ct);
   float mx[2];
   row_max(acc_s, mx);
-  float m_use[2], alpha[2], sum[2];
+  float m_use[2], sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float m_new = fmaxf(st.m[half], quad_max(mx[half]) * scale_log2);
@@ -103,10 +107,22 @@ __device__ __forceinline__ void softmax_online(AccS& acc_s, FragP& frag_p, AccO&
     st.m[half] = m_new;
   }
 #pragma unroll
-  for (int i = 0; i < cute::size(acc_o); ++i) acc_o(i) *= alpha[(i >> 1) & 1];
-  exponentiate(acc_s, frag_p, scale_log2, m_use, sum);
+  for (int i = 0; i < cute::size(acc_s); ++i) {
+    const int half = (i >> 1) & 1;
+    acc_s(i) = fast_exp2(fmaf(acc_s(i), scale_log2, -m_use[half]));
+    sum[half] += acc_s(i);
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) st.l[half] = st.l[half] * alpha[half] + sum[half];
+}
+
+template <class AccS, class FragP, class AccO>
+__device__ __forceinline__ void softmax_apply(const AccS& acc_s, FragP& frag_p, AccO& acc_o, const float (&alpha)[2]) {
+  using Element = typename FragP::value_type;
+#pragma unroll
+  for (int i = 0; i < cute::size(acc_o); ++i) acc_o(i) *= alpha[(i >> 1) & 1];
+#pragma unroll
+  for (int i = 0; i < cute::size(acc_s); ++i) frag_p(i) = static_cast<Element>(acc_s(i));
 }
 
 }  // namespace msa::cuda::prefill_sm90

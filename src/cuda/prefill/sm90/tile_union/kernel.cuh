@@ -9,9 +9,9 @@
 //     FP8 K/V they also widen every block the loader landed to bf16 (widen_tile);
 //   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
-// S(u) = Q K(u)^T together with O += P(u-1) V(u-1), then mask and fold S(u) into the online
-// softmax; with Traits::kSkipBlocks (the decode) a warpgroup skips the blocks that no query of
-// its rows chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while
+// S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
+// while that P V still runs; with Traits::kSkipBlocks (the decode) a warpgroup skips the
+// blocks that no query of its rows chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while
 // the other's GEMMs occupy the tensor cores.
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh, with
@@ -192,8 +192,10 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     if (n > 0) {
       auto acc_s = make_acc_s<Traits>();
       auto frag_p = make_frag_p<Traits>();
-      // Phase u: S(u) (u < n) and P(u-1) V(u-1) (u > 0) in one WGMMA batch, then the softmax
-      // of S(u). The three shapes are separate straight-line code (no WGMMA under a branch).
+      // Phase u: S(u) (u < n) and P(u-1) V(u-1) (u > 0) issued as two WGMMA batches, then the
+      // softmax of S(u) as soon as its batch completes, while P V may still run; O's rescale
+      // and the new P follow P V's completion. The three shapes are separate straight-line
+      // code (no WGMMA under a branch).
       auto phase = [&](auto with_qk, auto with_pv, int u) {
         constexpr bool kQk = decltype(with_qk)::value;
         constexpr bool kPv = decltype(with_pv)::value;
@@ -206,21 +208,32 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
         cute::warpgroup_fence_operand(acc_o);
         cute::warpgroup_fence_operand(frag_p);
         cute::warpgroup_arrive();
-        if constexpr (kQk) issue_qk<Traits>(sq, smem.kv.k[s], ct, acc_s);
-        if constexpr (kPv) issue_pv<Traits, true>(frag_p, smem.kv.v[sp], ct, acc_o);
-        cute::warpgroup_commit_batch();
-        turn.pass();
-        cute::warpgroup_wait<0>();
-        cute::warpgroup_fence_operand(acc_s);
-        cute::warpgroup_fence_operand(acc_o);
         if constexpr (kQk) {
+          issue_qk<Traits>(sq, smem.kv.k[s], ct, acc_s);
+          cute::warpgroup_commit_batch();
+        }
+        if constexpr (kPv) {
+          issue_pv<Traits, true>(frag_p, smem.kv.v[sp], ct, acc_o);
+          cute::warpgroup_commit_batch();
+        }
+        turn.pass();
+        float alpha[2];
+        if constexpr (kQk) {
+          cute::warpgroup_wait<kPv ? 1 : 0>();  // S(u) complete; P V may still run
+          cute::warpgroup_fence_operand(acc_s);
           Barrier64::arrive(&smem.kv.k_empty[s]);
           int limit[2];
           key_limits(u, limit);
-          softmax_online(acc_s, frag_p, acc_o, limit, list.chunks[u0 + u],
-                         Traits::kFp8Kv ? fp8_scale_log2 : p.attn.scale_log2, st, ct);
+          softmax_fold(acc_s, limit, list.chunks[u0 + u], Traits::kFp8Kv ? fp8_scale_log2 : p.attn.scale_log2, st,
+                       ct, alpha);
         }
-        if constexpr (kPv) Barrier64::arrive(&smem.kv.v_empty[sp]);
+        if constexpr (kPv) {
+          cute::warpgroup_wait<0>();
+          cute::warpgroup_fence_operand(acc_o);
+          cute::warpgroup_fence_operand(frag_p);
+          Barrier64::arrive(&smem.kv.v_empty[sp]);
+        }
+        if constexpr (kQk) softmax_apply(acc_s, frag_p, acc_o, alpha);
       };
       // Turn u (u = 0..n, the same count in both warpgroups and in both loops below) takes
       // block u with the P V of block u - 1. Without kSkipBlocks, or when every block has a
