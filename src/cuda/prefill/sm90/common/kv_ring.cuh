@@ -4,10 +4,11 @@
 // block it streams; the consumers release a stage through k_empty / v_empty.
 //
 // FP8 E4M3 K/V (Traits::kFp8Kv, the tile-union kernel of the decode): TMA lands a block's FP8
-// rows in a staging ring (Fp8Staging), and the builder warps widen them to bf16 into the ring
-// (widen_fp8_block, rows past k_len as zeros), then publish the stage on k_full / v_full with
-// their 96 arrivals. The staging stage frees as soon as it is read, so the next block's TMA is
-// in flight while the consumers still hold both bf16 stages.
+// rows in a staging ring (Fp8Staging), and they are widened to bf16 into the ring
+// (widen_fp8_block, rows past k_len as zeros): K by the builder warps, published on k_full with
+// their 96 arrivals; V by the two consumer warpgroups, a phase before their P V needs it,
+// published on v_full with their 256. The staging stage frees as soon as it is read, so the
+// next block's TMA is in flight while the consumers still hold both bf16 stages.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,8 @@ using Barrier64 = cutlass::arch::ClusterTransactionBarrier;
 // The ring's shared memory and barriers; each kernel's SharedStorage holds one.
 // FP8 staging (Traits::kFp8Kv only; otherwise empty): kFp8Stages blocks of K and V codes as TMA
 // writes them, [token, 128 bytes] swizzled.
-//   k_full[r], v_full[r]: TMA bytes landed   k_empty[r], v_empty[r]: 96 builder arrivals
+//   k_full[r], v_full[r]: TMA bytes landed   k_empty[r]: 96 builder arrivals
+//                                            v_empty[r]: 256 consumer arrivals
 constexpr int kFp8Stages = 1;
 template <class Traits, bool = Traits::kFp8Kv>
 struct Fp8Staging {
@@ -45,7 +47,7 @@ struct Fp8Staging<Traits, true> {
       Barrier64::init(&k_full[i], 1);
       Barrier64::init(&v_full[i], 1);
       Barrier64::init(&k_empty[i], kBuilderThreads);
-      Barrier64::init(&v_empty[i], kBuilderThreads);
+      Barrier64::init(&v_empty[i], kConsumerThreads);
     }
   }
 };
@@ -53,7 +55,8 @@ struct Fp8Staging<Traits, true> {
 __device__ __forceinline__ int stage_of(std::uint32_t use, int stages) { return static_cast<int>(use % stages); }
 __device__ __forceinline__ std::uint32_t parity_of(std::uint32_t use, int stages) { return (use / stages) & 1u; }
 
-//   k_full[s], v_full[s]: TMA bytes landed (FP8: 96 builder arrivals, the block widened)
+//   k_full[s], v_full[s]: TMA bytes landed (FP8: the block widened, K by the 96 builders, V by
+//                         the 256 consumers)
 //   k_empty[s], v_empty[s]: 256 consumer arrivals
 //   v_tail: the loader's own barrier for a V block it must zero-fill past k_len
 template <class Traits>
@@ -70,7 +73,7 @@ struct KvRing {
   __device__ void init() {
     for (int i = 0; i < kStages; ++i) {
       Barrier64::init(&k_full[i], Traits::kFp8Kv ? kBuilderThreads : 1);
-      Barrier64::init(&v_full[i], Traits::kFp8Kv ? kBuilderThreads : 1);
+      Barrier64::init(&v_full[i], Traits::kFp8Kv ? kConsumerThreads : 1);
       Barrier64::init(&k_empty[i], kConsumerThreads);
       Barrier64::init(&v_empty[i], kConsumerThreads);
     }

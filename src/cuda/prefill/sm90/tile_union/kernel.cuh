@@ -6,13 +6,14 @@
 // Producer warpgroup (40 registers):
 //   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
 //     tile's list / Q buffer (double buffered: tile i + 1 is built while tile i computes); with
-//     FP8 K/V they also widen every block the loader landed to bf16 (widen_tile);
+//     FP8 K/V they also widen the K of every block the loader landed to bf16 (widen_tile);
 //   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
-// while that P V still runs; with Traits::kSkipBlocks (the decode) a warpgroup skips the
-// blocks that no query of its rows chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while
-// the other's GEMMs occupy the tensor cores.
+// while that P V still runs; with FP8 K/V they then widen V(u) together (consumer_widen_v);
+// with Traits::kSkipBlocks (the decode) a warpgroup skips the blocks that no query of its rows
+// chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
+// other's GEMMs occupy the tensor cores.
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh, with
 // FP8 K/V its staging ring's too), and
@@ -42,9 +43,11 @@ __device__ __forceinline__ TileListSchedule tile_schedule(const TileUnionParams&
   return TileListSchedule{p.tiles, p.tile_list, p.tile_count};
 }
 
-// FP8 K/V: widens union entries [u_from, u_to) of `list` (the blocks the loader lands on the
-// ring's raw barriers, in list order; `use` counts the ring's blocks) and publishes each stage.
-// K and V rows past the block's tokens become zeros (the key limits hide K's anyway).
+// FP8 K/V: widens the K of union entries [u_from, u_to) of `list` (the blocks the loader lands
+// on the staging ring's barriers, in list order; `use` counts the ring's blocks) and publishes
+// each stage. K rows past the block's tokens become zeros (the key limits hide them anyway).
+// The consumers widen V themselves (consumer_widen_v): three 40-register warps widening both
+// bounded an FP8 block (docs/performance.md, steps 14f and 23).
 template <class Traits>
 __device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem, const UnionList& list, int u_from,
                                            int u_to, std::uint32_t& use, int bt) {
@@ -53,19 +56,28 @@ __device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem, const
   for (int u = u_from; u < u_to; ++u, ++use) {
     const int s = static_cast<int>(use & 1u);
     const int r = stage_of(use, kFp8Stages);
-    const std::uint32_t landed = parity_of(use, kFp8Stages);
     const int tokens = max(0, union_entry(list, u).tokens);
-    Barrier64::wait(&st.k_full[r], landed);
+    Barrier64::wait(&st.k_full[r], parity_of(use, kFp8Stages));
     Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
     widen_fp8_block<Traits>(st.k[r], ring.k[s], tokens, bt, kBuilderThreads);
     Barrier64::arrive(&st.k_empty[r]);
     Barrier64::arrive(&ring.k_full[s]);
-    Barrier64::wait(&st.v_full[r], landed);
-    Barrier64::wait(&ring.v_empty[s], phase_of(use) ^ 1u);
-    widen_fp8_block<Traits>(st.v[r], ring.v[s], tokens, bt, kBuilderThreads);
-    Barrier64::arrive(&st.v_empty[r]);
-    Barrier64::arrive(&ring.v_full[s]);
   }
+}
+
+// FP8 K/V: the consumer threads' share (ct of 256) of widening ring block `use`'s V (`tokens`
+// of them below k_len; the rest become zeros) once its codes landed and both warpgroups' P V of
+// the stage's previous block completed; publishes it on v_full (256 arrivals).
+template <class Traits>
+__device__ __forceinline__ void consumer_widen_v(KvRing<Traits>& ring, std::uint32_t use, int tokens, int ct) {
+  auto& st = ring.fp8;
+  const int s = static_cast<int>(use & 1u);
+  const int r = stage_of(use, kFp8Stages);
+  Barrier64::wait(&st.v_full[r], parity_of(use, kFp8Stages));
+  Barrier64::wait(&ring.v_empty[s], phase_of(use) ^ 1u);
+  widen_fp8_block<Traits>(st.v[r], ring.v[s], tokens, ct, kConsumerThreads);
+  Barrier64::arrive(&st.v_empty[r]);
+  Barrier64::arrive(&ring.v_full[s]);
 }
 
 template <class Traits>
@@ -233,7 +245,10 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
           cute::warpgroup_fence_operand(frag_p);
           Barrier64::arrive(&smem.kv.v_empty[sp]);
         }
-        if constexpr (kQk) softmax_apply(acc_s, frag_p, acc_o, alpha);
+        if constexpr (kQk) {
+          softmax_apply(acc_s, frag_p, acc_o, alpha);
+          if constexpr (Traits::kFp8Kv) consumer_widen_v(smem.kv, use + u, union_entry(list, u0 + u).tokens, ct);
+        }
       };
       // Turn u (u = 0..n, the same count in both warpgroups and in both loops below) takes
       // block u with the P V of block u - 1. Without kSkipBlocks, or when every block has a
@@ -270,7 +285,13 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
               const int s = static_cast<int>((use + u) & 1u);
               Barrier64::wait(&smem.kv.k_full[s], phase_of(use + u));
               Barrier64::arrive(&smem.kv.k_empty[s]);
-              Barrier64::wait(&smem.kv.v_full[s], phase_of(use + u));
+              // FP8: this warpgroup's share of the V still has to be widened for the other's.
+              // Its arrival on v_empty then follows its own v_full arrival, after the stage's
+              // previous use completed: it counts towards this use.
+              if constexpr (Traits::kFp8Kv)
+                consumer_widen_v(smem.kv, use + u, union_entry(list, u0 + u).tokens, ct);
+              else
+                Barrier64::wait(&smem.kv.v_full[s], phase_of(use + u));
               Barrier64::arrive(&smem.kv.v_empty[s]);
             }
           }
