@@ -32,6 +32,7 @@
 
 #include "core/plan_encoding.h"
 #include "cuda/plan/k2q_params.h"
+#include "cuda/plan/tile_keys.cuh"
 
 namespace msa::cuda::k2q {
 
@@ -141,14 +142,7 @@ struct Unit {
 
 // The request owning unit u (< unit_start[batch]): the last b with unit_start[b] <= u.
 __device__ __forceinline__ Unit locate_unit(const BuildParams& p, int u) {
-  int lo = 0, hi = p.batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (p.unit_start[mid] <= u)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
+  const int lo = last_at_most(p.unit_start, p.batch, u);
   const QueryRange r = request_queries(p, lo);
   Unit unit;
   unit.b = lo;

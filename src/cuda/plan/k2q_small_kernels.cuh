@@ -300,14 +300,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
     for (int i = tid; i < agg; i += kSmallThreads) {
       // The last entry of the round whose first item is <= i (it has items: the next entry's
       // first is > i).
-      int lo = 0, hi = round_entries - 1;
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (s_first[mid] <= i)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
+      const int lo = last_at_most(s_first, round_entries, i);
       const int e = base + lo;
       const int h = e / p.max_rows, r = e - h * p.max_rows;
       const int begin = p.row_ptr[h * stride + r];

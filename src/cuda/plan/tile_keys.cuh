@@ -24,19 +24,26 @@ struct TileQuery {
   int pos;      // position of the query in its request (bottom-right causal)
 };
 
-// The request holding packed query q: the last b in [b_first, batch) with cu_seqlens_q[b] <= q
-// (b_first: any request at or before it, 0 when unknown; `stride`: of cu_seqlens_q, elements).
-__device__ __forceinline__ int request_of_query(const std::int32_t* cu_seqlens_q, int batch, std::int64_t q,
-                                                int b_first, std::int64_t stride = 1) {
-  int lo = b_first, hi = batch - 1;
+// The last i in [first, n) with values[i * stride] <= x, for values ascending there and
+// values[first] <= x (first when none is); a binary search.
+__device__ __forceinline__ int last_at_most(const std::int32_t* values, int n, std::int64_t x, int first = 0,
+                                            std::int64_t stride = 1) {
+  int lo = first, hi = n - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (cu_seqlens_q[mid * stride] <= q)
+    if (values[mid * stride] <= x)
       lo = mid;
     else
       hi = mid - 1;
   }
   return lo;
+}
+
+// The request holding packed query q: the last b in [b_first, batch) with cu_seqlens_q[b] <= q
+// (b_first: any request at or before it, 0 when unknown; `stride`: of cu_seqlens_q, elements).
+__device__ __forceinline__ int request_of_query(const std::int32_t* cu_seqlens_q, int batch, std::int64_t q,
+                                                int b_first, std::int64_t stride = 1) {
+  return last_at_most(cu_seqlens_q, batch, q, b_first, stride);
 }
 
 __device__ __forceinline__ TileQuery locate_tile_query(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len,

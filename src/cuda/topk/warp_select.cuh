@@ -34,7 +34,7 @@ __device__ __forceinline__ std::int64_t row_position(const std::int32_t* cu_seql
 // The local block of a query at `pos`: the block holding it, 0 for pos <= 0. The row keeps it
 // last; the blocks before it are its candidates.
 __device__ __forceinline__ int local_block(std::int64_t pos) {
-  return static_cast<int>(pos <= 0 ? 0 : (pos / kBlockSize < INT32_MAX - 1 ? pos / kBlockSize : INT32_MAX - 1));
+  return static_cast<int>(pos <= 0 ? 0 : min(pos / kBlockSize, std::int64_t{INT32_MAX - 1}));
 }
 
 // The n <= K shortcut, written by the warp's lanes: a row whose local block is below k keeps

@@ -223,6 +223,22 @@ __device__ __forceinline__ void widen_fp8_block(const std::uint8_t* src, typenam
   cutlass::arch::fence_view_async_shared();
 }
 
+// FP8: widens ring block `use`'s K (kV false) or V codes from their staging stage into the bf16
+// stage once the codes landed and the stage's previous block is released, then frees the
+// staging stage and publishes the bf16 one; `count` threads take part, this one `i`. The
+// builders widen K (96 threads), the consumers V (256); the barrier counts say so (init()).
+template <class Traits, bool kV>
+__device__ __forceinline__ void widen_staged(KvRing<Traits>& ring, std::uint32_t use, int tokens, int i, int count) {
+  auto& st = ring.fp8;
+  const int s = static_cast<int>(use & 1u);
+  const int r = stage_of(use, kFp8Stages);
+  Barrier64::wait(kV ? &st.v_full[r] : &st.k_full[r], parity_of(use, kFp8Stages));
+  Barrier64::wait(kV ? &ring.v_empty[s] : &ring.k_empty[s], phase_of(use) ^ 1u);
+  widen_fp8_block<Traits>(kV ? st.v[r] : st.k[r], kV ? ring.v[s] : ring.k[s], tokens, i, count);
+  Barrier64::arrive(kV ? &st.v_empty[r] : &st.k_empty[r]);
+  Barrier64::arrive(kV ? &ring.v_full[s] : &ring.k_full[s]);
+}
+
 // The loader warp's side of the ring: the blocks it streams, in order, each into the next stage.
 template <class Traits>
 struct KvLoader {

@@ -44,9 +44,10 @@ __device__ __forceinline__ void row_max(const AccS& acc_s, float (&mx)[2]) {
   for (int i = 0; i < cute::size(acc_s); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], acc_s(i));
 }
 
-// P = exp2(s * scale_log2 - m) into frag_p; returns this thread's part of each row half's sum.
+// P = exp2(s * scale_log2 - m) into `p` (the P V operand, or S itself: value i is read before
+// it is written); returns this thread's part of each row half's sum.
 template <class AccS, class FragP>
-__device__ __forceinline__ void exponentiate(const AccS& acc_s, FragP& frag_p, float scale_log2, const float (&m)[2],
+__device__ __forceinline__ void exponentiate(const AccS& acc_s, FragP& p, float scale_log2, const float (&m)[2],
                                              float (&sum)[2]) {
   using Element = typename FragP::value_type;
   sum[0] = sum[1] = 0.f;
@@ -55,7 +56,7 @@ __device__ __forceinline__ void exponentiate(const AccS& acc_s, FragP& frag_p, f
     const int half = (i >> 1) & 1;
     const float e = fast_exp2(fmaf(acc_s(i), scale_log2, -m[half]));
     sum[half] += e;
-    frag_p(i) = static_cast<Element>(e);
+    p(i) = static_cast<Element>(e);
   }
 }
 
@@ -97,7 +98,7 @@ __device__ __forceinline__ void softmax_fold(AccS& acc_s, const int (&key_limit)
   mask_keys(acc_s, key_limit, chunks, ct);
   float mx[2];
   row_max(acc_s, mx);
-  float m_use[2], sum[2] = {0.f, 0.f};
+  float m_use[2], sum[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float m_new = fmaxf(st.m[half], quad_max(mx[half]) * scale_log2);
@@ -106,12 +107,7 @@ __device__ __forceinline__ void softmax_fold(AccS& acc_s, const int (&key_limit)
     alpha[half] = fast_exp2(st.m[half] - m_use[half]);  // 0 while the row was empty
     st.m[half] = m_new;
   }
-#pragma unroll
-  for (int i = 0; i < cute::size(acc_s); ++i) {
-    const int half = (i >> 1) & 1;
-    acc_s(i) = fast_exp2(fmaf(acc_s(i), scale_log2, -m_use[half]));
-    sum[half] += acc_s(i);
-  }
+  exponentiate(acc_s, acc_s, scale_log2, m_use, sum);
 #pragma unroll
   for (int half = 0; half < 2; ++half) st.l[half] = st.l[half] * alpha[half] + sum[half];
 }

@@ -10,7 +10,7 @@
 //   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
-// while that P V still runs; with FP8 K/V they then widen V(u) together (consumer_widen_v);
+// while that P V still runs; with FP8 K/V they then widen V(u) together (widen_staged);
 // with Traits::kSkipBlocks (the decode) a warpgroup skips the blocks that no query of its rows
 // chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
 // other's GEMMs occupy the tensor cores.
@@ -44,40 +44,15 @@ __device__ __forceinline__ TileListSchedule tile_schedule(const TileUnionParams&
 }
 
 // FP8 K/V: widens the K of union entries [u_from, u_to) of `list` (the blocks the loader lands
-// on the staging ring's barriers, in list order; `use` counts the ring's blocks) and publishes
-// each stage. K rows past the block's tokens become zeros (the key limits hide them anyway).
-// The consumers widen V themselves (consumer_widen_v): three 40-register warps widening both
-// bounded an FP8 block (docs/performance.md, steps 14f and 23).
+// on the staging ring's barriers, in list order; `use` counts the ring's blocks). K rows past
+// the block's tokens become zeros (the key limits hide them anyway). The consumers widen V
+// themselves: three 40-register warps widening both bounded an FP8 block (docs/performance.md,
+// steps 14f and 23).
 template <class Traits>
 __device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem, const UnionList& list, int u_from,
                                            int u_to, std::uint32_t& use, int bt) {
-  KvRing<Traits>& ring = smem.kv;
-  auto& st = ring.fp8;
-  for (int u = u_from; u < u_to; ++u, ++use) {
-    const int s = static_cast<int>(use & 1u);
-    const int r = stage_of(use, kFp8Stages);
-    const int tokens = max(0, union_entry(list, u).tokens);
-    Barrier64::wait(&st.k_full[r], parity_of(use, kFp8Stages));
-    Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
-    widen_fp8_block<Traits>(st.k[r], ring.k[s], tokens, bt, kBuilderThreads);
-    Barrier64::arrive(&st.k_empty[r]);
-    Barrier64::arrive(&ring.k_full[s]);
-  }
-}
-
-// FP8 K/V: the consumer threads' share (ct of 256) of widening ring block `use`'s V (`tokens`
-// of them below k_len; the rest become zeros) once its codes landed and both warpgroups' P V of
-// the stage's previous block completed; publishes it on v_full (256 arrivals).
-template <class Traits>
-__device__ __forceinline__ void consumer_widen_v(KvRing<Traits>& ring, std::uint32_t use, int tokens, int ct) {
-  auto& st = ring.fp8;
-  const int s = static_cast<int>(use & 1u);
-  const int r = stage_of(use, kFp8Stages);
-  Barrier64::wait(&st.v_full[r], parity_of(use, kFp8Stages));
-  Barrier64::wait(&ring.v_empty[s], phase_of(use) ^ 1u);
-  widen_fp8_block<Traits>(st.v[r], ring.v[s], tokens, ct, kConsumerThreads);
-  Barrier64::arrive(&st.v_empty[r]);
-  Barrier64::arrive(&ring.v_full[s]);
+  for (int u = u_from; u < u_to; ++u, ++use)
+    widen_staged<Traits, false>(smem.kv, use, max(0, union_entry(list, u).tokens), bt, kBuilderThreads);
 }
 
 template <class Traits>
@@ -179,6 +154,11 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       const int first = turn.wg * 64, last = min(turn.wg * 64 + 63, t.nq * group - 1);
       for (int qi = first / group; first <= last && qi <= last / group; ++qi) wg_queries |= 1u << qi;
     }
+    // FP8 K/V: this thread's share of widening block u's V (the builders widen K).
+    auto widen_v = [&](int u) {
+      if constexpr (Traits::kFp8Kv)
+        widen_staged<Traits, true>(smem.kv, use + u, max(0, union_entry(list, u0 + u).tokens), ct, kConsumerThreads);
+    };
     auto key_limits = [&](int u, int(&limit)[2]) {
       const UnionEntry e = union_entry(list, u0 + u);
       const std::uint32_t members = list.members[u0 + u];
@@ -247,7 +227,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
         }
         if constexpr (kQk) {
           softmax_apply(acc_s, frag_p, acc_o, alpha);
-          if constexpr (Traits::kFp8Kv) consumer_widen_v(smem.kv, use + u, union_entry(list, u0 + u).tokens, ct);
+          if constexpr (Traits::kFp8Kv) widen_v(u);
         }
       };
       // Turn u (u = 0..n, the same count in both warpgroups and in both loops below) takes
@@ -289,7 +269,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
               // Its arrival on v_empty then follows its own v_full arrival, after the stage's
               // previous use completed: it counts towards this use.
               if constexpr (Traits::kFp8Kv)
-                consumer_widen_v(smem.kv, use + u, union_entry(list, u0 + u).tokens, ct);
+                widen_v(u);
               else
                 Barrier64::wait(&smem.kv.v_full[s], phase_of(use + u));
               Barrier64::arrive(&smem.kv.v_empty[s]);
