@@ -4,11 +4,11 @@
 // block it streams; the consumers release a stage through k_empty / v_empty.
 //
 // FP8 E4M3 K/V (Traits::kFp8Kv, the tile-union kernel of the decode): TMA lands a block's FP8
-// rows in a staging ring (Fp8Staging), and they are widened to bf16 into the ring
-// (widen_fp8_block, rows past k_len as zeros): K by the builder warps, published on k_full with
-// their 96 arrivals; V by the two consumer warpgroups, a phase before their P V needs it,
-// published on v_full with their 256. The staging stage frees as soon as it is read, so the
-// next block's TMA is in flight while the consumers still hold both bf16 stages.
+// rows in the back half of its bf16 stage (Traits::kFp8CodesOffset), and they are widened to
+// bf16 there, in place (widen_fp8_block, rows past k_len as zeros): K by the builder warps,
+// published on k_full with their 96 arrivals; V by the two consumer warpgroups, a phase before
+// their P V needs it, published on v_full with their 256. Both stages of K and of V can so
+// hold codes in flight while the previous block is widened or used.
 #pragma once
 
 #include <cstdint>
@@ -25,38 +25,30 @@ namespace msa::cuda::prefill_sm90 {
 
 using Barrier64 = cutlass::arch::ClusterTransactionBarrier;
 
-// The ring's shared memory and barriers; each kernel's SharedStorage holds one.
-// FP8 staging (Traits::kFp8Kv only; otherwise empty): kFp8Stages blocks of K and V codes as TMA
-// writes them, [token, 128 bytes] swizzled.
-//   k_full[r], v_full[r]: TMA bytes landed   k_empty[r]: 96 builder arrivals
-//                                            v_empty[r]: 256 consumer arrivals
-constexpr int kFp8Stages = 1;
-template <class Traits, bool = Traits::kFp8Kv>
-struct Fp8Staging {
-  __device__ void init() {}
-};
-template <class Traits>
-struct Fp8Staging<Traits, true> {
-  static constexpr int kBytes = Traits::kBlockN * Traits::kHeadDim;
-  alignas(1024) std::uint8_t k[kFp8Stages][kBytes];
-  alignas(1024) std::uint8_t v[kFp8Stages][kBytes];
-  alignas(8) std::uint64_t k_full[kFp8Stages], k_empty[kFp8Stages];
-  std::uint64_t v_full[kFp8Stages], v_empty[kFp8Stages];
-  __device__ void init() {
-    for (int i = 0; i < kFp8Stages; ++i) {
-      Barrier64::init(&k_full[i], 1);
-      Barrier64::init(&v_full[i], 1);
-      Barrier64::init(&k_empty[i], kBuilderThreads);
-      Barrier64::init(&v_empty[i], kConsumerThreads);
-    }
-  }
-};
 // Stage and parity of the use-th fill of a ring of `stages`.
 __device__ __forceinline__ int stage_of(std::uint32_t use, int stages) { return static_cast<int>(use % stages); }
 __device__ __forceinline__ std::uint32_t parity_of(std::uint32_t use, int stages) { return (use / stages) & 1u; }
 
-//   k_full[s], v_full[s]: TMA bytes landed (FP8: the block widened, K by the 96 builders, V by
-//                         the 256 consumers)
+// FP8 only (otherwise empty): k_landed[s], v_landed[s], the TMA bytes of stage s's codes
+// landed (the stage's k_full / v_full then wait for the widening).
+template <class Traits, bool = Traits::kFp8Kv>
+struct Fp8Landed {
+  __device__ void init() {}
+};
+template <class Traits>
+struct Fp8Landed<Traits, true> {
+  alignas(8) std::uint64_t k_landed[kStages], v_landed[kStages];
+  __device__ void init() {
+    for (int i = 0; i < kStages; ++i) {
+      Barrier64::init(&k_landed[i], 1);
+      Barrier64::init(&v_landed[i], 1);
+    }
+  }
+};
+
+// The ring's shared memory and barriers; each kernel's SharedStorage holds one.
+//   k_full[s], v_full[s]: TMA bytes landed (FP8: the block widened in place, K by the 96
+//                         builders, V by the 256 consumers)
 //   k_empty[s], v_empty[s]: 256 consumer arrivals
 //   v_tail: the loader's own barrier for a V block it must zero-fill past k_len
 template <class Traits>
@@ -67,7 +59,7 @@ struct KvRing {
   alignas(8) std::uint64_t k_full[kStages], k_empty[kStages];
   std::uint64_t v_full[kStages], v_empty[kStages];
   std::uint64_t v_tail;
-  Fp8Staging<Traits> fp8;
+  Fp8Landed<Traits> fp8;
 
   // One thread, before the CTA barrier.
   __device__ void init() {
@@ -177,33 +169,36 @@ __device__ __forceinline__ uint2 widen_e4m3x4(std::uint32_t codes) {
   return out;
 }
 
-// Widens one staged FP8 block `src` (row t's 128 codes at kv_load_offset(t, 0), 128-byte
-// swizzled) into the bf16 block `dst` ([token, d] in column halves, swizzled). Rows
-// [zero_from, 128) are written as zeros without being read (V past k_len: stale cache bytes may
-// hold NaN codes). `count` threads (a multiple of 32), this one `i`: 8 per row, each 16 codes,
-// two rows per pass (their loads in flight together). Afterwards each thread's writes are made
-// visible to WGMMA (the async proxy); the caller releases `src` and publishes `dst`.
+// Widens the FP8 block whose codes TMA landed in the back half of the bf16 block `dst` (row t's
+// 128 codes at kFp8CodesOffset + kv_load_offset(t, 0), 128-byte swizzled) into `dst` itself
+// ([token, d] in column halves, swizzled), in place: row t's codes lie where row t's columns
+// 64-127 go, so the 8 lanes of a row (one warp's) read all of its codes before any of them
+// writes. Rows [zero_from, 128) are written as zeros without being read (V past k_len: stale
+// cache bytes may hold NaN codes). `count` threads (whole warps), this one `i`: 8 per row, each
+// 16 codes, two rows per pass (their loads in flight together). Afterwards each thread's writes
+// are made visible to WGMMA (the async proxy); the caller publishes `dst`.
 template <class Traits>
-__device__ __forceinline__ void widen_fp8_block(const std::uint8_t* src, typename Traits::Element* dst, int zero_from,
-                                                int i, int count) {
+__device__ __forceinline__ void widen_fp8_block(typename Traits::Element* dst, int zero_from, int i, int count) {
   static_assert(Traits::kFp8Kv);
-  const auto in_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(src));
+  const auto out_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst));
+  const std::uint32_t in_base = out_base + Traits::kFp8CodesOffset;
   const int j = i % 8;  // 16-byte chunk of the row's codes: columns [16 j, 16 j + 16)
   // Their bf16 columns: column half j / 4, 16-byte chunks 2 (j % 4) and the next.
-  const auto out_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst)) +
-                        static_cast<std::uint32_t>((j / 4) * (Traits::kBlockN * 128));
+  const std::uint32_t half_base = out_base + static_cast<std::uint32_t>((j / 4) * (Traits::kBlockN * 128));
   const int c0 = 2 * (j % 4);
+  const unsigned row_lanes = 0xffu << (i & 24);  // the 8 lanes of this thread's rows
   const int step = count / 8;
   const auto load = [&](int t) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (t < zero_from)
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(in_base + static_cast<std::uint32_t>(Traits::kv_load_offset(t, 0) + 16 * (j ^ (t % 8)))));
+                   : "r"(in_base + static_cast<std::uint32_t>(Traits::kv_load_offset(t, 0) + 16 * (j ^ (t % 8))))
+                   : "memory");
     return v;
   };
   const auto store = [&](int t, uint4 in) {  // zero codes widen to zeros
-    const std::uint32_t row = out_base + static_cast<std::uint32_t>(t * 128);
+    const std::uint32_t row = half_base + static_cast<std::uint32_t>(t * 128);
     const uint2 w0 = widen_e4m3x4(in.x), w1 = widen_e4m3x4(in.y);
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(row + 16 * (c0 ^ (t % 8))), "r"(w0.x), "r"(w0.y),
                  "r"(w1.x), "r"(w1.y)
@@ -217,25 +212,22 @@ __device__ __forceinline__ void widen_fp8_block(const std::uint8_t* src, typenam
     const int t2 = t + step;
     const uint4 a = load(t);
     const uint4 b = t2 < Traits::kBlockN ? load(t2) : make_uint4(0u, 0u, 0u, 0u);
+    __syncwarp(row_lanes);  // rows t and t2 read before their lanes overwrite them
     store(t, a);
     if (t2 < Traits::kBlockN) store(t2, b);
   }
   cutlass::arch::fence_view_async_shared();
 }
 
-// FP8: widens ring block `use`'s K (kV false) or V codes from their staging stage into the bf16
-// stage once the codes landed and the stage's previous block is released, then frees the
-// staging stage and publishes the bf16 one; `count` threads take part, this one `i`. The
-// builders widen K (96 threads), the consumers V (256); the barrier counts say so (init()).
+// FP8: widens ring block `use`'s K (kV false) or V in its bf16 stage once the codes landed, and
+// publishes the stage; `count` threads take part, this one `i`. The builders widen K (96
+// threads), the consumers V (256); the barrier counts say so (KvRing::init). The loader waited
+// for the stage to be free before it issued the codes.
 template <class Traits, bool kV>
-__device__ __forceinline__ void widen_staged(KvRing<Traits>& ring, std::uint32_t use, int tokens, int i, int count) {
-  auto& st = ring.fp8;
+__device__ __forceinline__ void widen_landed(KvRing<Traits>& ring, std::uint32_t use, int tokens, int i, int count) {
   const int s = static_cast<int>(use & 1u);
-  const int r = stage_of(use, kFp8Stages);
-  Barrier64::wait(kV ? &st.v_full[r] : &st.k_full[r], parity_of(use, kFp8Stages));
-  Barrier64::wait(kV ? &ring.v_empty[s] : &ring.k_empty[s], phase_of(use) ^ 1u);
-  widen_fp8_block<Traits>(kV ? st.v[r] : st.k[r], kV ? ring.v[s] : ring.k[s], tokens, i, count);
-  Barrier64::arrive(kV ? &st.v_empty[r] : &st.k_empty[r]);
+  Barrier64::wait(kV ? &ring.fp8.v_landed[s] : &ring.fp8.k_landed[s], phase_of(use));
+  widen_fp8_block<Traits>(kV ? ring.v[s] : ring.k[s], tokens, i, count);
   Barrier64::arrive(kV ? &ring.v_full[s] : &ring.k_full[s]);
 }
 
@@ -256,18 +248,19 @@ struct KvLoader {
     constexpr std::uint32_t kBytes = Traits::kBlockBytes;
     const int lane = opaque_tid();
     const int s = static_cast<int>(use & 1u);
-    if constexpr (Traits::kFp8Kv) {  // into the staging ring; the builders widen and publish
-      auto& st = ring.fp8;
-      const int r = stage_of(use, kFp8Stages);
-      const std::uint32_t free_parity = parity_of(use, kFp8Stages) ^ 1u;
-      Barrier64::wait(&st.k_empty[r], free_parity);
-      if (lane == 0) Barrier64::arrive_and_expect_tx(&st.k_full[r], kBytes);
+    if constexpr (Traits::kFp8Kv) {  // codes into the stage's back half; widened there, then published
+      auto* k_codes = reinterpret_cast<std::uint8_t*>(ring.k[s]) + Traits::kFp8CodesOffset;
+      auto* v_codes = reinterpret_cast<std::uint8_t*>(ring.v[s]) + Traits::kFp8CodesOffset;
+      Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
+      if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.fp8.k_landed[s], kBytes);
       __syncwarp();
-      load_block<Traits>(p, &tma.k, tma.kv_box_rows, kv_head, b, block_start, k_len, st.k[r], &st.k_full[r], lane);
-      Barrier64::wait(&st.v_empty[r], free_parity);
-      if (lane == 0) Barrier64::arrive_and_expect_tx(&st.v_full[r], kBytes);
+      load_block<Traits>(p, &tma.k, tma.kv_box_rows, kv_head, b, block_start, k_len, k_codes, &ring.fp8.k_landed[s],
+                         lane);
+      Barrier64::wait(&ring.v_empty[s], phase_of(use) ^ 1u);
+      if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.fp8.v_landed[s], kBytes);
       __syncwarp();
-      load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, st.v[r], &st.v_full[r], lane);
+      load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, v_codes, &ring.fp8.v_landed[s],
+                         lane);
       ++use;
       return;
     }

@@ -40,8 +40,8 @@ struct ElementOf<DType::kFP8E4M3> {
 // view, MN-major for WGMMA.
 //
 // kDtype kFP8E4M3 (the decode's FP8 caches, D = 128): q, O and the MMAs are bf16. TMA lands a
-// block's FP8 rows (128 bytes each, 128-byte swizzle) in a staging ring, and the builder warps
-// widen them into the bf16 ring (kv_ring.cuh, widen_fp8_block).
+// block's FP8 rows (128 bytes each, 128-byte swizzle) in the back half of its bf16 stage, where
+// they are widened in place (kv_ring.cuh, widen_fp8_block).
 template <DType kDtype_, int kHeadDim_>
 struct Traits {
   static constexpr DType kDtype = kDtype_;
@@ -95,7 +95,8 @@ struct Traits {
                 "the K tile is not laid out as column halves of 128 swizzled 128-byte rows");
 
   // TMA boxes of K/V as stored: 64 16-bit or 128 FP8 columns (one 128-byte swizzle row) per
-  // box, landing at kv_load_offset bytes into the block (FP8: into its staging block).
+  // box, landing at kv_load_offset bytes into the block (FP8: past kFp8CodesOffset, the bf16
+  // block's column half 1, row t's codes where its columns 64-127 go).
   static_assert(!kFp8Kv || kHeadDim == 128, "FP8 K/V rows must be one 128-byte swizzle row");
   static constexpr int kKvLoadCols = kFp8Kv ? 128 : kBoxCols;
   static constexpr int kKvLoadBoxes = kHeadDim / kKvLoadCols;
@@ -106,6 +107,8 @@ struct Traits {
   static constexpr std::uint32_t kBlockBytes = kBlockN * kHeadDim * (kFp8Kv ? 1 : sizeof(Element));
   static constexpr int kQElements = cute::cosize_v<SmemLayoutQ>;
   static constexpr int kKvElements = cute::cosize_v<SmemLayoutK>;
+  static constexpr int kFp8CodesOffset = kv_box_offset(0, kColHalves - 1) * static_cast<int>(sizeof(Element));
+  static_assert(!kFp8Kv || kFp8CodesOffset + kBlockBytes == kKvElements * sizeof(Element));
 };
 
 // Threads of both kernels: warpgroup 0 is the producer (warp 0 loads K/V with TMA, warps 1-3

@@ -1,4 +1,4 @@
-// Shared-memory plan of the tile-union kernel: the K/V ring (with FP8 K/V its staging ring), and
+// Shared-memory plan of the tile-union kernel: the K/V ring (FP8 K/V land in it too), and
 // per tile a Q buffer (later the staged O; double buffered but with FP8 K/V) and the tile's union
 // list (double buffered); plus the builders' scratch.
 #pragma once
@@ -28,8 +28,8 @@ struct UnionList {
   std::int32_t begin, end;                      // the tile's split of them: entries [begin, end)
 };
 
-// Q buffers: two (the next tile's Q gathered while this one computes), one with FP8 K/V, whose
-// staging ring takes the room.
+// Q buffers: two (the next tile's Q gathered while this one computes), one with FP8 K/V (the
+// decode, about one tile per CTA: two measured no faster, docs/performance.md step 24).
 template <class Traits>
 inline constexpr int kQBuffers = Traits::kFp8Kv ? 1 : 2;
 

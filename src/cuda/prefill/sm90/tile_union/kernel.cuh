@@ -10,13 +10,13 @@
 //   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
-// while that P V still runs; with FP8 K/V they then widen V(u) together (widen_staged);
+// while that P V still runs; with FP8 K/V they then widen V(u) together (widen_landed);
 // with Traits::kSkipBlocks (the decode) a warpgroup skips the blocks that no query of its rows
 // chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
 // other's GEMMs occupy the tensor cores.
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh, with
-// FP8 K/V its staging ring's too), and
+// FP8 K/V its codes-landed barriers too), and
 //   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer + 32 loader arrivals)
 //   q_full[kQBuffers] (TMA bytes)        q_empty[kQBuffers] (256, after the O stores read it)
 #pragma once
@@ -43,16 +43,15 @@ __device__ __forceinline__ TileListSchedule tile_schedule(const TileUnionParams&
   return TileListSchedule{p.tiles, p.tile_list, p.tile_count};
 }
 
-// FP8 K/V: widens the K of union entries [u_from, u_to) of `list` (the blocks the loader lands
-// on the staging ring's barriers, in list order; `use` counts the ring's blocks). K rows past
-// the block's tokens become zeros (the key limits hide them anyway). The consumers widen V
-// themselves: three 40-register warps widening both bounded an FP8 block (docs/performance.md,
-// steps 14f and 23).
+// FP8 K/V: widens the K of union entries [u_from, u_to) of `list` (the blocks the loader lands,
+// in list order; `use` counts the ring's blocks). K rows past the block's tokens become zeros
+// (the key limits hide them anyway). The consumers widen V themselves: three 40-register warps
+// widening both bounded an FP8 block (docs/performance.md, steps 14f and 23).
 template <class Traits>
 __device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem, const UnionList& list, int u_from,
                                            int u_to, std::uint32_t& use, int bt) {
   for (int u = u_from; u < u_to; ++u, ++use)
-    widen_staged<Traits, false>(smem.kv, use, max(0, union_entry(list, u).tokens), bt, kBuilderThreads);
+    widen_landed<Traits, false>(smem.kv, use, max(0, union_entry(list, u).tokens), bt, kBuilderThreads);
 }
 
 template <class Traits>
@@ -157,7 +156,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     // FP8 K/V: this thread's share of widening block u's V (the builders widen K).
     auto widen_v = [&](int u) {
       if constexpr (Traits::kFp8Kv)
-        widen_staged<Traits, true>(smem.kv, use + u, max(0, union_entry(list, u0 + u).tokens), ct, kConsumerThreads);
+        widen_landed<Traits, true>(smem.kv, use + u, max(0, union_entry(list, u0 + u).tokens), ct, kConsumerThreads);
     };
     auto key_limits = [&](int u, int(&limit)[2]) {
       const UnionEntry e = union_entry(list, u0 + u);
