@@ -169,65 +169,94 @@ __device__ __forceinline__ uint2 widen_e4m3x4(std::uint32_t codes) {
   return out;
 }
 
+// Four E4M3 codes (byte i = column i) -> two fp16 pairs, exactly (the hardware conversion; the
+// NaN codes stay NaN).
+__device__ __forceinline__ uint2 widen_e4m3x4_f16(std::uint32_t codes) {
+  uint2 out;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi;\n}"
+      : "=r"(out.x), "=r"(out.y)
+      : "r"(codes));
+  return out;
+}
+
 // Widens the FP8 block whose codes TMA landed in the back half of the bf16 block `dst` (row t's
 // 128 codes at kFp8CodesOffset + kv_load_offset(t, 0), 128-byte swizzled) into `dst` itself
 // ([token, d] in column halves, swizzled), in place: row t's codes lie where row t's columns
 // 64-127 go, so the 8 lanes of a row (one warp's) read all of its codes before any of them
 // writes. Rows [zero_from, 128) are written as zeros without being read (V past k_len: stale
-// cache bytes may hold NaN codes). `count` threads (whole warps), this one `i`: 8 per row, each
-// 16 codes, two rows per pass (their loads in flight together). Afterwards each thread's writes
-// are made visible to WGMMA (the async proxy); the caller publishes `dst`.
-template <class Traits>
-__device__ __forceinline__ void widen_fp8_block(typename Traits::Element* dst, int zero_from, int i, int count) {
+// cache bytes may hold NaN codes). kCount threads (whole warps), this one `i`: 8 per row, each
+// 16 codes, kCount / 8 rows per pass, two passes' loads in flight together. Afterwards each
+// thread's writes are made visible to WGMMA (the async proxy); the caller publishes `dst`.
+//
+// The passes advance by kCount / 8 rows, a multiple of 4, so a row's swizzle (its index mod 8)
+// is this thread's first row's, or that XOR 4: every address is one of two per-thread bases
+// plus the pass's offset (docs/performance.md step 24).
+template <class Traits, int kCount, bool kHalf>
+__device__ __forceinline__ void widen_fp8_block(typename Traits::Element* dst, int zero_from, int i) {
   static_assert(Traits::kFp8Kv);
-  const auto out_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst));
-  const std::uint32_t in_base = out_base + Traits::kFp8CodesOffset;
-  const int j = i % 8;  // 16-byte chunk of the row's codes: columns [16 j, 16 j + 16)
-  // Their bf16 columns: column half j / 4, 16-byte chunks 2 (j % 4) and the next.
-  const std::uint32_t half_base = out_base + static_cast<std::uint32_t>((j / 4) * (Traits::kBlockN * 128));
-  const int c0 = 2 * (j % 4);
-  const unsigned row_lanes = 0xffu << (i & 24);  // the 8 lanes of this thread's rows
-  const int step = count / 8;
-  const auto load = [&](int t) {
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (t < zero_from)
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(in_base + static_cast<std::uint32_t>(Traits::kv_load_offset(t, 0) + 16 * (j ^ (t % 8))))
+  const auto widen4 = [](std::uint32_t c) { return kHalf ? widen_e4m3x4_f16(c) : widen_e4m3x4(c); };
+  constexpr int kRows = kCount / 8;  // rows per pass
+  constexpr int kPasses = (Traits::kBlockN + kRows - 1) / kRows;
+  static_assert(kCount % 32 == 0 && kRows % 4 == 0);
+  const auto u = static_cast<std::uint32_t>(i);
+  const std::uint32_t j = u % 8;   // 16-byte chunk of the row's codes: columns [16 j, 16 j + 16)
+  const std::uint32_t r0 = u / 8;  // first row
+  const std::uint32_t out = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst)) + r0 * 128u;
+  // Row r0 + p kRows, swizzle x = (r0 % 8) ^ (p kRows % 8): codes chunk j at 16 (j ^ x); its bf16
+  // columns in column half j / 4, chunks c0 = 2 (j % 4) and c0 + 1, at 16 (c ^ x).
+  std::uint32_t in_at[2], out_at[2][2];
+#pragma unroll
+  for (int f = 0; f < 2; ++f) {
+    const std::uint32_t x = (r0 % 8) ^ (4u * f);
+    in_at[f] = out + Traits::kFp8CodesOffset + 16u * (j ^ x);
+    out_at[f][0] = out + (j / 4) * (Traits::kBlockN * 128u) + 16u * ((2 * (j % 4)) ^ x);
+    out_at[f][1] = out + (j / 4) * (Traits::kBlockN * 128u) + 16u * ((2 * (j % 4) + 1) ^ x);
+  }
+  const unsigned row_lanes = 0xffu << (u & 24u);  // the 8 lanes of this thread's rows
+  // Passes p0 and p0 + 1 per iteration (p0 even): the second's swizzle is the first's XOR 4 when
+  // kRows / 4 is odd, and the first's is this thread's first row's.
+  constexpr int kF1 = (kRows / 4) % 2;
+  int row = static_cast<int>(r0);
+  std::uint32_t off = 0;
+#pragma unroll 1
+  for (int p0 = 0; p0 < kPasses; p0 += 2, row += 2 * kRows, off += 2 * kRows * 128) {
+    uint4 codes[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      codes[q] = make_uint4(0u, 0u, 0u, 0u);
+      if (row + q * kRows < zero_from)  // zero_from <= 128: rows past the block are not read
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(codes[q].x), "=r"(codes[q].y), "=r"(codes[q].z), "=r"(codes[q].w)
+                     : "r"(in_at[q * kF1] + off + q * kRows * 128)
+                     : "memory");
+    }
+    __syncwarp(row_lanes);  // both rows read before their lanes overwrite them
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      if (Traits::kBlockN % (2 * kRows) != 0 && row + q * kRows >= Traits::kBlockN) continue;
+      const std::uint32_t at = off + q * kRows * 128;
+      const uint2 w0 = widen4(codes[q].x), w1 = widen4(codes[q].y);  // zero codes widen to zeros
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(out_at[q * kF1][0] + at), "r"(w0.x), "r"(w0.y),
+                   "r"(w1.x), "r"(w1.y)
                    : "memory");
-    return v;
-  };
-  const auto store = [&](int t, uint4 in) {  // zero codes widen to zeros
-    const std::uint32_t row = half_base + static_cast<std::uint32_t>(t * 128);
-    const uint2 w0 = widen_e4m3x4(in.x), w1 = widen_e4m3x4(in.y);
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(row + 16 * (c0 ^ (t % 8))), "r"(w0.x), "r"(w0.y),
-                 "r"(w1.x), "r"(w1.y)
-                 : "memory");
-    const uint2 w2 = widen_e4m3x4(in.z), w3 = widen_e4m3x4(in.w);
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(row + 16 * ((c0 + 1) ^ (t % 8))), "r"(w2.x),
-                 "r"(w2.y), "r"(w3.x), "r"(w3.y)
-                 : "memory");
-  };
-  for (int t = i / 8; t < Traits::kBlockN; t += 2 * step) {
-    const int t2 = t + step;
-    const uint4 a = load(t);
-    const uint4 b = t2 < Traits::kBlockN ? load(t2) : make_uint4(0u, 0u, 0u, 0u);
-    __syncwarp(row_lanes);  // rows t and t2 read before their lanes overwrite them
-    store(t, a);
-    if (t2 < Traits::kBlockN) store(t2, b);
+      const uint2 w2 = widen4(codes[q].z), w3 = widen4(codes[q].w);
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(out_at[q * kF1][1] + at), "r"(w2.x), "r"(w2.y),
+                   "r"(w3.x), "r"(w3.y)
+                   : "memory");
+    }
   }
   cutlass::arch::fence_view_async_shared();
 }
 
 // FP8: widens ring block `use`'s K (kV false) or V in its bf16 stage once the codes landed, and
-// publishes the stage; `count` threads take part, this one `i`. The builders widen K (96
+// publishes the stage; kCount threads take part, this one `i`. The builders widen K (96
 // threads), the consumers V (256); the barrier counts say so (KvRing::init). The loader waited
 // for the stage to be free before it issued the codes.
-template <class Traits, bool kV>
-__device__ __forceinline__ void widen_landed(KvRing<Traits>& ring, std::uint32_t use, int tokens, int i, int count) {
+template <class Traits, bool kV, int kCount>
+__device__ __forceinline__ void widen_landed(KvRing<Traits>& ring, std::uint32_t use, int tokens, int i) {
   const int s = static_cast<int>(use & 1u);
   Barrier64::wait(kV ? &ring.fp8.v_landed[s] : &ring.fp8.k_landed[s], phase_of(use));
-  widen_fp8_block<Traits>(kV ? ring.v[s] : ring.k[s], tokens, i, count);
+  widen_fp8_block<Traits, kCount, kV>(kV ? ring.v[s] : ring.k[s], tokens, i);
   Barrier64::arrive(kV ? &ring.v_full[s] : &ring.k_full[s]);
 }
 

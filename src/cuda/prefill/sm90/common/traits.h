@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/arch/mma_sm90.hpp>
 #include <cute/atom/mma_atom.hpp>
@@ -63,9 +64,11 @@ struct Traits {
                                  cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
   // O = P V: A = P from registers (the S accumulator re-typed), B = V seen as [N = d, K = token]
-  // with d contiguous, i.e. MN-major; WGMMA transposes it through the descriptor.
+  // with d contiguous, i.e. MN-major; WGMMA transposes it through the descriptor. With FP8 K/V,
+  // V is widened to fp16 (exactly, in one conversion per two codes) and P V runs in fp16.
+  using ElementPV = std::conditional_t<kFp8Kv, cute::half_t, Element>;
   using MmaPV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::_16>,
+      cute::GMMA::rs_op_selector<ElementPV, ElementPV, float, cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::_16>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
 

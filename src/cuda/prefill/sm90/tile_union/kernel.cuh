@@ -51,7 +51,7 @@ template <class Traits>
 __device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem, const UnionList& list, int u_from,
                                            int u_to, std::uint32_t& use, int bt) {
   for (int u = u_from; u < u_to; ++u, ++use)
-    widen_landed<Traits, false>(smem.kv, use, max(0, union_entry(list, u).tokens), bt, kBuilderThreads);
+    widen_landed<Traits, false, kBuilderThreads>(smem.kv, use, max(0, union_entry(list, u).tokens), bt);
 }
 
 template <class Traits>
@@ -156,7 +156,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     // FP8 K/V: this thread's share of widening block u's V (the builders widen K).
     auto widen_v = [&](int u) {
       if constexpr (Traits::kFp8Kv)
-        widen_landed<Traits, true>(smem.kv, use + u, max(0, union_entry(list, u0 + u).tokens), ct, kConsumerThreads);
+        widen_landed<Traits, true, kConsumerThreads>(smem.kv, use + u, max(0, union_entry(list, u0 + u).tokens), ct);
     };
     auto key_limits = [&](int u, int(&limit)[2]) {
       const UnionEntry e = union_entry(list, u0 + u);
