@@ -44,6 +44,9 @@ struct Case {
   int q = 1;
   bool head_major = false;   // top-k [h_kv, B * Q, K] (else the MSA decode layout [B * Q, h_kv, K])
   bool adversarial = false;  // -1, duplicates and out-of-range ids in the rows
+  // q rows (query, head) scaled by factors from 2^-60 to 2^6: rows of near-uniform and of
+  // near one-hot softmax side by side in a tile, and one head of every query all zeros.
+  bool spread_q = false;
   // FP8 E4M3 K/V with bf16 q when not empty: the descale factors, [1] or [h_kv] each.
   std::vector<float> k_descale, v_descale;
   bool fp8() const { return !k_descale.empty(); }
@@ -123,6 +126,11 @@ std::vector<Case> cases() {
     fp8(c[8], {0.003f}, {0.2f});                                             // B = 1: split
     fp8(c[10], {0.01f, 0.02f, 0.03f, 0.04f}, {0.015f});                      // split, sinks
     fp8(c[11], {0.011f}, {0.013f});  // 96 requests: several tiles per CTA
+    Case spread = make_case("fp8_q8_g16_spread_q", 64, 4, 16, 128, 8, {3000, 300, 9000}, Selection::kRandom, 13);
+    spread.spread_q = true;
+    spread.k_descale = {0.015625f};  // powers of two: the reference's dequantised K is exact, so
+    spread.v_descale = {0.03125f};   // scores of magnitude 100 stay within the LSE tolerance
+    c.push_back(spread);
   }
   return c;
 }
@@ -191,6 +199,15 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
   Workload w = msa::bench::make_workload(c.spec);
   if (c.adversarial) msa::test::make_adversarial(w.topk, c.spec.seed, 20);
   if (c.spec.page_size > 0) msa::bench::poison_cache_tails(w);
+  if (c.spread_q) {
+    const std::int64_t rows = w.total_q * s.h_q;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      // Powers of two and not: 2^-60 .. 2^6 over the rows, times 1 or 1.37; head 5 of every
+      // query all zeros.
+      const float f = r % s.h_q == 5 ? 0.f : std::ldexp(r % 2 ? 1.37f : 1.f, static_cast<int>(r * 7 % 67) - 60);
+      for (int d = 0; d < s.d; ++d) w.q.set(r * s.d + d, w.q.get(r * s.d + d) * f);
+    }
+  }
   // FP8: the caches hold the codes (NaN codes in the tails); the reference reads w's K/V, now
   // the dequantised values.
   const Fp8Kv fp8 = c.fp8() ? msa::bench::quantise_kv_fp8(w, c.k_descale, c.v_descale) : Fp8Kv{};
