@@ -4,10 +4,10 @@
 // block it streams; the consumers release a stage through k_empty / v_empty.
 //
 // FP8 E4M3 K/V (Traits::kFp8Kv, the tile-union kernel of the decode): TMA lands a block's FP8
-// rows in the back half of its bf16 stage (Traits::kFp8CodesOffset), and they are widened to
-// bf16 there, in place (widen_fp8_block, rows past k_len as zeros): K by the builder warps,
-// published on k_full with their 96 arrivals; V by the two consumer warpgroups, a phase before
-// their P V needs it, published on v_full with their 256. Both stages of K and of V can so
+// rows in the back half of its 16-bit stage (Traits::kFp8CodesOffset), and they are widened
+// there, in place (widen_fp8_block, rows past k_len as zeros): K to bf16 by the builder warps,
+// published on k_full with their 96 arrivals; V to fp16 by the two consumer warpgroups, a phase
+// before their P V needs it, published on v_full with their 256. Both stages of K and of V can so
 // hold codes in flight while the previous block is widened or used.
 #pragma once
 
@@ -179,14 +179,15 @@ __device__ __forceinline__ uint2 widen_e4m3x4_f16(std::uint32_t codes) {
   return out;
 }
 
-// Widens the FP8 block whose codes TMA landed in the back half of the bf16 block `dst` (row t's
-// 128 codes at kFp8CodesOffset + kv_load_offset(t, 0), 128-byte swizzled) into `dst` itself
-// ([token, d] in column halves, swizzled), in place: row t's codes lie where row t's columns
-// 64-127 go, so the 8 lanes of a row (one warp's) read all of its codes before any of them
-// writes. Rows [zero_from, 128) are written as zeros without being read (V past k_len: stale
-// cache bytes may hold NaN codes). kCount threads (whole warps), this one `i`: 8 per row, each
-// 16 codes, kCount / 8 rows per pass, two passes' loads in flight together. Afterwards each
-// thread's writes are made visible to WGMMA (the async proxy); the caller publishes `dst`.
+// Widens the FP8 block whose codes TMA landed in the back half of the 16-bit block `dst` (row
+// t's 128 codes at kFp8CodesOffset + kv_load_offset(t, 0), 128-byte swizzled) into `dst` itself
+// ([token, d] in column halves, swizzled; fp16 with kHalf, V's, else bf16, K's), in place: row
+// t's codes lie where row t's columns 64-127 go, so the 8 lanes of a row (one warp's) read all
+// of its codes before any of them writes. Rows [zero_from, 128) are written as zeros without
+// being read (V past k_len: stale cache bytes may hold NaN codes). kCount threads (whole warps),
+// this one `i`: 8 per row, each 16 codes, kCount / 8 rows per pass, two passes' loads in flight
+// together. Afterwards each thread's writes are made visible to WGMMA (the async proxy); the
+// caller publishes `dst`.
 //
 // The passes advance by kCount / 8 rows, a multiple of 4, so a row's swizzle (its index mod 8)
 // is this thread's first row's, or that XOR 4: every address is one of two per-thread bases
@@ -202,8 +203,8 @@ __device__ __forceinline__ void widen_fp8_block(typename Traits::Element* dst, i
   const std::uint32_t j = u % 8;   // 16-byte chunk of the row's codes: columns [16 j, 16 j + 16)
   const std::uint32_t r0 = u / 8;  // first row
   const std::uint32_t out = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst)) + r0 * 128u;
-  // Row r0 + p kRows, swizzle x = (r0 % 8) ^ (p kRows % 8): codes chunk j at 16 (j ^ x); its bf16
-  // columns in column half j / 4, chunks c0 = 2 (j % 4) and c0 + 1, at 16 (c ^ x).
+  // Row r0 + p kRows, swizzle x = (r0 % 8) ^ (p kRows % 8): codes chunk j at 16 (j ^ x); its
+  // 16-bit columns in column half j / 4, chunks c0 = 2 (j % 4) and c0 + 1, at 16 (c ^ x).
   std::uint32_t in_at[2], out_at[2][2];
 #pragma unroll
   for (int f = 0; f < 2; ++f) {
@@ -224,7 +225,7 @@ __device__ __forceinline__ void widen_fp8_block(typename Traits::Element* dst, i
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       codes[q] = make_uint4(0u, 0u, 0u, 0u);
-      if (row + q * kRows < zero_from)  // zero_from <= 128: rows past the block are not read
+      if (row + q * kRows < zero_from)  // zero_from <= 128 (the block's tokens): no row past it
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(codes[q].x), "=r"(codes[q].y), "=r"(codes[q].z), "=r"(codes[q].w)
                      : "r"(in_at[q * kF1] + off + q * kRows * 128)
@@ -248,7 +249,7 @@ __device__ __forceinline__ void widen_fp8_block(typename Traits::Element* dst, i
   cutlass::arch::fence_view_async_shared();
 }
 
-// FP8: widens ring block `use`'s K (kV false) or V in its bf16 stage once the codes landed, and
+// FP8: widens ring block `use`'s K (kV false) or V in its stage once the codes landed, and
 // publishes the stage; kCount threads take part, this one `i`. The builders widen K (96
 // threads), the consumers V (256); the barrier counts say so (KvRing::init). The loader waited
 // for the stage to be free before it issued the codes.

@@ -18,8 +18,8 @@
 namespace msa::cuda::prefill_sm90 {
 
 // The CuTe element an instance computes in (the instantiation list names DTypes): its 16-bit
-// dtype, or bf16 for FP8 E4M3 K/V (the decode's FP8 caches take bf16 queries; K/V are widened
-// to bf16 in shared memory, exactly).
+// dtype, or bf16 for FP8 E4M3 K/V (the decode's FP8 caches take bf16 queries; K is widened to
+// bf16 in shared memory and V to fp16, both exactly: Traits::ElementPV).
 template <DType kDtype>
 struct ElementOf;
 template <>
@@ -40,9 +40,9 @@ struct ElementOf<DType::kFP8E4M3> {
 // swizzled rows (column halves of 128 rows each), and P V reads V through a transposed (d, token)
 // view, MN-major for WGMMA.
 //
-// kDtype kFP8E4M3 (the decode's FP8 caches, D = 128): q, O and the MMAs are bf16. TMA lands a
-// block's FP8 rows (128 bytes each, 128-byte swizzle) in the back half of its bf16 stage, where
-// they are widened in place (kv_ring.cuh, widen_fp8_block).
+// kDtype kFP8E4M3 (the decode's FP8 caches, D = 128): q, O and Q K^T are bf16, P V is fp16. TMA
+// lands a block's FP8 rows (128 bytes each, 128-byte swizzle) in the back half of its 16-bit
+// stage, where they are widened in place (kv_ring.cuh, widen_fp8_block).
 template <DType kDtype_, int kHeadDim_>
 struct Traits {
   static constexpr DType kDtype = kDtype_;

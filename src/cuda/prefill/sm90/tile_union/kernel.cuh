@@ -10,7 +10,7 @@
 //   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
-// while that P V still runs; with FP8 K/V they then widen V(u) together (widen_landed);
+// while that P V still runs; with FP8 K/V they then widen V(u) to fp16 together (widen_landed);
 // with Traits::kSkipBlocks (the decode) a warpgroup skips the blocks that no query of its rows
 // chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
 // other's GEMMs occupy the tensor cores.
