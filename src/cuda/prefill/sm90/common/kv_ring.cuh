@@ -275,39 +275,29 @@ struct KvLoader {
   // k_len has its V rows there zeroed before v_full completes (stale cache memory may hold NaN,
   // and P = 0 times NaN is NaN): its V goes through the loader's v_tail barrier first. One warp.
   __device__ __forceinline__ void load(int kv_head, int b, int block_start, int k_len) {
-    constexpr std::uint32_t kBytes = Traits::kBlockBytes;
     const int lane = opaque_tid();
     const int s = static_cast<int>(use & 1u);
+    // One block's K or V boxes into `dst`, completing on `bar` (armed with its bytes first).
+    const auto issue = [&](const CUtensorMap* map, void* dst, std::uint64_t* bar) {
+      if (lane == 0) Barrier64::arrive_and_expect_tx(bar, Traits::kBlockBytes);
+      __syncwarp();
+      load_block<Traits>(p, map, tma.kv_box_rows, kv_head, b, block_start, k_len, dst, bar, lane);
+    };
+    Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
     if constexpr (Traits::kFp8Kv) {  // codes into the stage's back half; widened there, then published
-      auto* k_codes = reinterpret_cast<std::uint8_t*>(ring.k[s]) + Traits::kFp8CodesOffset;
-      auto* v_codes = reinterpret_cast<std::uint8_t*>(ring.v[s]) + Traits::kFp8CodesOffset;
-      Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
-      if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.fp8.k_landed[s], kBytes);
-      __syncwarp();
-      load_block<Traits>(p, &tma.k, tma.kv_box_rows, kv_head, b, block_start, k_len, k_codes, &ring.fp8.k_landed[s],
-                         lane);
+      issue(&tma.k, reinterpret_cast<std::uint8_t*>(ring.k[s]) + Traits::kFp8CodesOffset, &ring.fp8.k_landed[s]);
       Barrier64::wait(&ring.v_empty[s], phase_of(use) ^ 1u);
-      if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.fp8.v_landed[s], kBytes);
-      __syncwarp();
-      load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, v_codes, &ring.fp8.v_landed[s],
-                         lane);
+      issue(&tma.v, reinterpret_cast<std::uint8_t*>(ring.v[s]) + Traits::kFp8CodesOffset, &ring.fp8.v_landed[s]);
       ++use;
       return;
     }
-    Barrier64::wait(&ring.k_empty[s], phase_of(use) ^ 1u);
-    if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.k_full[s], kBytes);
-    __syncwarp();
-    load_block<Traits>(p, &tma.k, tma.kv_box_rows, kv_head, b, block_start, k_len, ring.k[s], &ring.k_full[s], lane);
+    issue(&tma.k, ring.k[s], &ring.k_full[s]);
     Barrier64::wait(&ring.v_empty[s], phase_of(use) ^ 1u);
     // Tested on the unclamped distance: a whole block below k_len.
     if (k_len - block_start >= Traits::kBlockN) {
-      if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.v_full[s], kBytes);
-      __syncwarp();
-      load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, ring.v[s], &ring.v_full[s], lane);
+      issue(&tma.v, ring.v[s], &ring.v_full[s]);
     } else {
-      if (lane == 0) Barrier64::arrive_and_expect_tx(&ring.v_tail, kBytes);
-      __syncwarp();
-      load_block<Traits>(p, &tma.v, tma.kv_box_rows, kv_head, b, block_start, k_len, ring.v[s], &ring.v_tail, lane);
+      issue(&tma.v, ring.v[s], &ring.v_tail);
       Barrier64::wait(&ring.v_tail, tail_phase);
       tail_phase ^= 1u;
       zero_tail<Traits>(ring.v[s], max(0, k_len - block_start), lane);

@@ -98,7 +98,7 @@ struct Traits {
                 "the K tile is not laid out as column halves of 128 swizzled 128-byte rows");
 
   // TMA boxes of K/V as stored: 64 16-bit or 128 FP8 columns (one 128-byte swizzle row) per
-  // box, landing at kv_load_offset bytes into the block (FP8: past kFp8CodesOffset, the bf16
+  // box, landing at kv_load_offset bytes into the block (FP8: past kFp8CodesOffset, the 16-bit
   // block's column half 1, row t's codes where its columns 64-127 go).
   static_assert(!kFp8Kv || kHeadDim == 128, "FP8 K/V rows must be one 128-byte swizzle row");
   static constexpr int kKvLoadCols = kFp8Kv ? 128 : kBoxCols;
