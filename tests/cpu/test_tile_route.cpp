@@ -90,3 +90,22 @@ TEST(TileRoute, HostPlannerLeavesRoutedRowsOut) {
 }
 
 }  // namespace
+
+// The tile-union kernel's order (tile_of_rank) visits every tile once, each head's tiles from
+// the last query tile down, the heads interleaved.
+TEST(TileRoute, RankOrderIsAPermutationHeaviestFirst) {
+  for (const int h_kv : {1, 3, 4}) {
+    for (const std::int64_t per_head : {1, 2, 7, 256}) {
+      std::vector<int> seen(static_cast<std::size_t>(per_head * h_kv), 0);
+      for (std::int64_t r = 0; r < per_head * h_kv; ++r) {
+        const std::int64_t t = msa::tile_of_rank(r, per_head, h_kv);
+        ASSERT_GE(t, 0);
+        ASSERT_LT(t, per_head * h_kv);
+        ++seen[static_cast<std::size_t>(t)];
+        EXPECT_EQ(t / per_head, r % h_kv) << "head of rank " << r;
+        EXPECT_EQ(t % per_head, per_head - 1 - r / h_kv) << "tile of rank " << r;
+      }
+      for (const int s : seen) EXPECT_EQ(s, 1);
+    }
+  }
+}

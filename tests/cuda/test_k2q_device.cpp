@@ -535,7 +535,8 @@ TEST_P(K2qDevice, RoutedMatchesHostBuilder) {
 }
 
 // The planner's own routing (K2qDeviceInputs::route, as SparsePrefill's plan() asks under
-// PrefillPath::kAuto): flags equal to the rule's CPU twin, the flagged tiles listed ascending,
+// PrefillPath::kAuto): flags equal to the rule's CPU twin, the flagged tiles listed in rank order
+// (msa::tile_of_rank),
 // and the plan equal to the host builder's under that routing, for tiles of 16 and 8 queries.
 TEST_P(K2qDevice, RoutesByTheRule) {
   MSA_SKIP_WITHOUT_GPU();
@@ -567,8 +568,10 @@ TEST_P(K2qDevice, RoutesByTheRule) {
     CUDA_OK(cudaMemcpy(&count, d_count.get(), 4, cudaMemcpyDeviceToHost));
     expect_same(flags, got, "union_tile");
     std::vector<std::int32_t> want_list;
-    for (std::int64_t t = 0; t < tiles; ++t)
+    for (std::int64_t r = 0; r < tiles; ++r) {
+      const std::int64_t t = msa::tile_of_rank(r, tiles / c.h_kv, c.h_kv);
       if (flags[static_cast<std::size_t>(t)] != 0) want_list.push_back(static_cast<std::int32_t>(t));
+    }
     ASSERT_EQ(count, static_cast<std::int32_t>(want_list.size())) << "union_count";
     std::vector<std::int32_t> list(want_list.size());
     if (!list.empty()) {

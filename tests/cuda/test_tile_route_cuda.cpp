@@ -1,5 +1,5 @@
 // The planner's PrefillPath::kAuto tile routing on the device against its CPU twin
-// (core/tile_route): flags and the compacted list on random, tile-shared and clustered
+// (core/tile_route): flags and the compacted list (in rank order) on random, tile-shared and clustered
 // selections, chunked batches whose tiles span requests (and empty requests), 300 small
 // requests, rows with invalid and repeated ids, G = 1..16.
 #include <cuda_runtime.h>
@@ -76,9 +76,11 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
                             w.total_q, c.topk, q_per_tile);
   const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, w.total_q, q_per_tile);
   ASSERT_EQ(static_cast<std::int64_t>(want.size()), tiles);
-  std::vector<std::int32_t> want_list;
-  for (std::int64_t t = 0; t < tiles; ++t)
+  std::vector<std::int32_t> want_list;  // in rank order
+  for (std::int64_t r = 0; r < tiles; ++r) {
+    const std::int64_t t = msa::tile_of_rank(r, tiles / c.h_kv, c.h_kv);
     if (want[static_cast<std::size_t>(t)] != 0) want_list.push_back(static_cast<std::int32_t>(t));
+  }
   if (c.expect == Expect::kAllUnion) {
     EXPECT_EQ(want_list.size(), want.size()) << c.name;
   }

@@ -84,7 +84,7 @@ struct BuildParams {
   int route_per_head;
   // Routing computed by the small path itself (k2q_small_kernels.cuh; null union_tile: not
   // asked). Then union_tile above is null and these are written: the flags, and the flagged
-  // tiles ascending, as launch_tile_route writes them.
+  // tiles in rank order (tile_of_rank), as launch_tile_route writes them.
   std::uint8_t* route_tile_out;  // [h_kv, route_per_head]
   std::int32_t* union_list;      // [h_kv * route_per_head]
   std::int32_t* union_count;     // [1]

@@ -316,22 +316,23 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
   }
   if (tid == 0) *p.work_count = min(carry, p.work_capacity);
 
-  // The routed tiles, ascending.
+  // The routed tiles, in rank order (tile_of_rank).
   if (p.route_tile_out == nullptr) return;
   const int tiles = p.h_kv * p.route_per_head;
+  const auto tile_at = [&](int r) { return tile_of_rank(r, p.route_per_head, p.h_kv); };
   int listed = 0;
   for (int base = 0; base < tiles; base += kSmallThreads * kSmallItemsPerThread) {
     const int t0 = base + tid * kSmallItemsPerThread;
     unsigned flags = 0;
 #pragma unroll
     for (int k = 0; k < kSmallItemsPerThread; ++k)
-      if (t0 + k < tiles && p.route_tile_out[t0 + k] != 0) flags |= 1u << k;
+      if (t0 + k < tiles && p.route_tile_out[tile_at(t0 + k)] != 0) flags |= 1u << k;
     int ex = 0, agg = 0;
     Scan(scan_tmp).ExclusiveSum(__popc(flags), ex, agg);
     int at = listed + ex;
 #pragma unroll
     for (int k = 0; k < kSmallItemsPerThread; ++k)
-      if (flags >> k & 1u) p.union_list[at++] = t0 + k;
+      if (flags >> k & 1u) p.union_list[at++] = tile_at(t0 + k);
     listed += agg;
     __syncthreads();
   }

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/permutation_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 #include <algorithm>
 #include <climits>
 #include <cub/device/device_select.cuh>
@@ -70,6 +72,13 @@ __global__ void __launch_bounds__(kWarps * 32) tile_route_kernel(const TileRoute
   }
 }
 
+// Rank r -> its tile id (tile_of_rank), the order the list is compacted in.
+struct TileOfRank {
+  std::int32_t per_head;
+  int h_kv;
+  __host__ __device__ std::int32_t operator()(std::int32_t r) const { return tile_of_rank(r, per_head, h_kv); }
+};
+
 // The operator layer validated the problem (prefill_workspace() bounds the tile count).
 void check(const TileRouteParams& p) {
   MSA_ASSERT(p.topk >= 1 && p.topk <= kTileUnionMaxTopk && p.q_per_tile >= 1 && p.q_per_tile <= kTileUnionMaxQueries &&
@@ -95,12 +104,16 @@ void launch_tile_route(const TileRouteParams& p, cudaStream_t stream) {
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>((tiles + kWarps - 1) / kWarps, 4096));
   tile_route_kernel<<<grid, kWarps * 32, 0, stream>>>(p);
   MSA_CUDA_CHECK(cudaGetLastError());
+  // The flagged tiles in rank order: the items are the tile ids of ranks 0, 1, ..., and each
+  // item's flag is read through its id.
+  const auto ids = thrust::make_transform_iterator(thrust::counting_iterator<std::int32_t>(0),
+                                                   TileOfRank{static_cast<std::int32_t>(tiles_per_head(p.total_q, p.q_per_tile)), p.h_kv});
+  const auto flags = thrust::make_permutation_iterator(p.union_tile, ids);
   std::size_t bytes = 0;
-  MSA_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, bytes, thrust::counting_iterator<std::int32_t>(0), p.union_tile,
-                                            p.union_list, p.union_count, tiles, stream));
+  MSA_CUDA_CHECK(
+      cub::DeviceSelect::Flagged(nullptr, bytes, ids, flags, p.union_list, p.union_count, tiles, stream));
   cub_temp_check(bytes, p.temp_bytes, "tile route scratch");
-  MSA_CUDA_CHECK(cub::DeviceSelect::Flagged(p.temp, bytes, thrust::counting_iterator<std::int32_t>(0), p.union_tile,
-                                            p.union_list, p.union_count, tiles, stream));
+  MSA_CUDA_CHECK(cub::DeviceSelect::Flagged(p.temp, bytes, ids, flags, p.union_list, p.union_count, tiles, stream));
 }
 
 }  // namespace msa::cuda

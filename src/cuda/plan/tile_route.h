@@ -1,7 +1,7 @@
 // The planner's per-tile routing for PrefillPath::kAuto (rule and CPU twin: core/tile_route.h):
 // one warp per (KV head, query tile) of the tile-union kernel counts the tile's union and its
 // rows' edges and flags the tile when union_path_wins; the flagged tiles are then compacted,
-// ascending, into the list the tile-union kernel walks. Capturable in a CUDA graph; no host
+// in rank order (tile_of_rank: heaviest first), into the list the tile-union kernel walks. Capturable in a CUDA graph; no host
 // synchronisation.
 #pragma once
 
@@ -26,7 +26,7 @@ struct TileRouteParams {
   int q_per_tile;  // 1..16
   // outputs
   std::uint8_t* union_tile;   // [tiles] 1: the tile-union kernel takes the tile
-  std::int32_t* union_list;   // [tiles] the flagged tiles ascending; first *union_count
+  std::int32_t* union_list;   // [tiles] the flagged tiles in rank order; first *union_count
   std::int32_t* union_count;  // [1]
   // scratch
   void* temp;  // tile_route_temp_bytes(tiles) bytes

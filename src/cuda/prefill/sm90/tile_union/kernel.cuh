@@ -1,6 +1,6 @@
 // The sm_90a query-major tile-union sparse prefill kernel: a persistent loop over (KV head,
 // query tile) pairs (TileListSchedule: all of them, or the list PrefillPath::kAuto routed
-// here), each run whole or as `splits` tiles over parts of its union (the decode's split-KV),
+// here, heaviest first), each run whole or as `splits` tiles over parts of its union (the decode's split-KV),
 // warp specialised.
 //
 // Producer warpgroup (40 registers):
@@ -40,7 +40,7 @@
 namespace msa::cuda::prefill_sm90 {
 
 __device__ __forceinline__ TileListSchedule tile_schedule(const TileUnionParams& p) {
-  return TileListSchedule{p.tiles, p.tile_list, p.tile_count};
+  return TileListSchedule{p.tiles, p.attn.h_kv, p.tile_list, p.tile_count};
 }
 
 // FP8 K/V: widens the K of union entries [u_from, u_to) of `list` (the blocks the loader lands,

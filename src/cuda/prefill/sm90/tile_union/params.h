@@ -25,8 +25,9 @@ struct TileUnionParams {
                                    // 1 for the prefill
   std::int64_t tiles;              // h_kv * ceil(total_q / q_per_tile) * splits: tile = pair *
                                    // splits + s, pairs numbered head-major
-  const std::int32_t* tile_list;   // PrefillPath::kAuto: the tiles to run, ascending, the
-  const std::int32_t* tile_count;  //   first *tile_count of [tiles]; null: every tile
+  const std::int32_t* tile_list;   // PrefillPath::kAuto: the tiles to run in rank order
+  const std::int32_t* tile_count;  //   (tile_of_rank), the first *tile_count of [tiles]; null:
+                                   //   every tile
 };
 
 }  // namespace msa::cuda::prefill_sm90
