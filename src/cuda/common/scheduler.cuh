@@ -37,10 +37,10 @@ __device__ __forceinline__ PersistentRange persistent_range(int count) {
 // This CTA's position after `pos` (may be past the end).
 __device__ __forceinline__ int next_position(int pos) { return pos + static_cast<int>(gridDim.x); }
 
-// Positions of a snake over rounds of gridDim.x positions, below `end`: on even rounds CTA c
+// Positions of a snake over rounds of gridDim.x positions, below `stop`: on even rounds CTA c
 // takes position round * gridDim.x + c, on odd ones round * gridDim.x + gridDim.x - 1 - c.
 // Over units ordered heaviest first, the CTA that takes a round's heaviest unit takes the next
-// round's lightest. A position at or past `end` ends the range (every later one is larger).
+// round's lightest. A position at or past `stop` ends the range (every later one is larger).
 struct SnakeRange {
   int stop;
   struct Iterator {
