@@ -24,8 +24,8 @@ constexpr std::int64_t tiles_per_head(std::int64_t total_q, int q_per_tile) {
 // The order in which the tile-union kernel runs tiles (and the routing lists them): heaviest
 // first. Under the causal rule a later query tile of a head sees more blocks, so rank r is the
 // tile of KV head r % h_kv at index per_head - 1 - r / h_kv of that head: the heads' last tiles
-// first, interleaved. Spread over the CTAs on a snake, this keeps every CTA's sum of blocks
-// within a few percent of the mean, where ascending ids left up to 1.3x at S = 2k
+// first, interleaved. Spread over the CTAs on a snake, a schedule model puts every CTA's sum
+// of blocks within 3% of the mean, where ascending ids left up to 1.34x at S = 2k
 // (docs/performance.md, step 25). The device takes it in 32 bits (tile counts fit there).
 template <class Int>
 MSA_HOST_DEVICE Int tile_of_rank(Int r, Int per_head, int h_kv) {

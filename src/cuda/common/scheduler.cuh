@@ -74,7 +74,7 @@ struct WorkListSchedule {
 // snake over the CTAs.
 struct TileListSchedule {
   std::int64_t tiles;         // h_kv * tiles per head
-  int h_kv;
+  int h_kv;                   // KV heads (tile_of_rank)
   const std::int32_t* list;   // [tiles] or null: every tile
   const std::int32_t* count;  // [1] when list is set
   __device__ int size() const {

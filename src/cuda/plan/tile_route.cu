@@ -106,12 +106,11 @@ void launch_tile_route(const TileRouteParams& p, cudaStream_t stream) {
   MSA_CUDA_CHECK(cudaGetLastError());
   // The flagged tiles in rank order: the items are the tile ids of ranks 0, 1, ..., and each
   // item's flag is read through its id.
-  const auto ids = thrust::make_transform_iterator(thrust::counting_iterator<std::int32_t>(0),
-                                                   TileOfRank{static_cast<std::int32_t>(tiles_per_head(p.total_q, p.q_per_tile)), p.h_kv});
+  const TileOfRank rank{static_cast<std::int32_t>(tiles_per_head(p.total_q, p.q_per_tile)), p.h_kv};
+  const auto ids = thrust::make_transform_iterator(thrust::counting_iterator<std::int32_t>(0), rank);
   const auto flags = thrust::make_permutation_iterator(p.union_tile, ids);
   std::size_t bytes = 0;
-  MSA_CUDA_CHECK(
-      cub::DeviceSelect::Flagged(nullptr, bytes, ids, flags, p.union_list, p.union_count, tiles, stream));
+  MSA_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, bytes, ids, flags, p.union_list, p.union_count, tiles, stream));
   cub_temp_check(bytes, p.temp_bytes, "tile route scratch");
   MSA_CUDA_CHECK(cub::DeviceSelect::Flagged(p.temp, bytes, ids, flags, p.union_list, p.union_count, tiles, stream));
 }

@@ -1,8 +1,8 @@
 // The planner's per-tile routing for PrefillPath::kAuto (rule and CPU twin: core/tile_route.h):
 // one warp per (KV head, query tile) of the tile-union kernel counts the tile's union and its
 // rows' edges and flags the tile when union_path_wins; the flagged tiles are then compacted,
-// in rank order (tile_of_rank: heaviest first), into the list the tile-union kernel walks. Capturable in a CUDA graph; no host
-// synchronisation.
+// in rank order (tile_of_rank: heaviest first), into the list the tile-union kernel walks.
+// Capturable in a CUDA graph; no host synchronisation.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 // The sm_90a query-major tile-union sparse prefill kernel: a persistent loop over (KV head,
 // query tile) pairs (TileListSchedule: all of them, or the list PrefillPath::kAuto routed
-// here, heaviest first), each run whole or as `splits` tiles over parts of its union (the decode's split-KV),
-// warp specialised.
+// here, heaviest first), each run whole or as `splits` tiles over parts of its union (the
+// decode's split-KV), warp specialised.
 //
 // Producer warpgroup (40 registers):
 //   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
