@@ -536,8 +536,8 @@ TEST_P(K2qDevice, RoutedMatchesHostBuilder) {
 
 // The planner's own routing (K2qDeviceInputs::route, as SparsePrefill's plan() asks under
 // PrefillPath::kAuto): flags equal to the rule's CPU twin, the flagged tiles listed in rank order
-// (msa::tile_of_rank),
-// and the plan equal to the host builder's under that routing, for tiles of 16 and 8 queries.
+// (msa::tile_of_rank), and the plan equal to the host builder's under that routing, for tiles of
+// 16 and 8 queries.
 TEST_P(K2qDevice, RoutesByTheRule) {
   MSA_SKIP_WITHOUT_GPU();
   const PlanCase& c = GetParam();

@@ -1,7 +1,7 @@
 // The planner's PrefillPath::kAuto tile routing on the device against its CPU twin
-// (core/tile_route): flags and the compacted list (in rank order) on random, tile-shared and clustered
-// selections, chunked batches whose tiles span requests (and empty requests), 300 small
-// requests, rows with invalid and repeated ids, G = 1..16.
+// (core/tile_route): flags and the compacted list (in rank order) on random, tile-shared and
+// clustered selections, chunked batches whose tiles span requests (and empty requests), 300
+// small requests, rows with invalid and repeated ids, G = 1..16.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
