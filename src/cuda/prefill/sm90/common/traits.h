@@ -137,9 +137,13 @@ template <class Storage>
 constexpr std::size_t smem_bytes() {
   return sizeof(Storage) + 1024;
 }
+// The base is advanced by a byte offset from `raw` itself, not rebuilt from an integer: the
+// compiler then still knows every access through the Storage is to shared memory and emits
+// LDS / STS / ATOMS instead of generic loads, stores and GPU-scope atomics.
 template <class Storage>
 __device__ __forceinline__ Storage& aligned_smem(std::uint8_t* raw) {
-  return *reinterpret_cast<Storage*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t(1023));
+  const auto base = static_cast<std::uint32_t>(__cvta_generic_to_shared(raw));
+  return *reinterpret_cast<Storage*>(raw + ((1024u - (base & 1023u)) & 1023u));
 }
 
 // The decode's tile-union instances: the same kernel, its consumer warpgroups skipping blocks
