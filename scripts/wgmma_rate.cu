@@ -15,6 +15,26 @@
 using namespace cute;
 using T = cute::bfloat16_t;
 
+// `iters` batches of the 8 k-steps of A [64, 128] x B [N, 128]^T into acc, at most kBatch in
+// flight; returns the sum of acc (kept live).
+template <int kBatch, class Mma, class FragA, class FragB, class Acc>
+__device__ float issue_batches(const Mma& tm, FragA& tA, FragB& tB, Acc& acc, int iters) {
+  clear(acc);
+  for (int it = 0; it < iters; ++it) {
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) gemm(tm, tA(_, _, k), tB(_, _, k), acc);
+    warpgroup_commit_batch();
+    warpgroup_wait<kBatch - 1>();
+    warpgroup_fence_operand(acc);
+  }
+  warpgroup_wait<0>();
+  float sum = 0.f;
+  for (int i = 0; i < size(acc); ++i) sum += acc(i);
+  return sum;
+}
+
 template <int N, bool kRS, int kBatch>
 __global__ void __launch_bounds__(384, 1) bench(int iters, long long* cycles, float* sink) {
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -30,50 +50,27 @@ __global__ void __launch_bounds__(384, 1) bench(int iters, long long* cycles, fl
   const int t = threadIdx.x % 128;
   Tensor sA = make_tensor(make_smem_ptr(a + wg * 64 * 128), LayoutA{});
   Tensor sB = make_tensor(make_smem_ptr(b), LayoutB{});
-  float acc_sum = 0.f;
-  long long t0 = clock64();
-  if constexpr (!kRS) {
-    using Op = std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>,
-                                  SM90_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>>;
-    auto tm = make_tiled_mma(Op{});
-    auto thr = tm.get_slice(t);
-    Tensor tA = thr.partition_fragment_A(sA);
-    Tensor tB = thr.partition_fragment_B(sB);
-    auto acc = partition_fragment_C(tm, Shape<_64, Int<N>>{});
-    clear(acc);
-    for (int it = 0; it < iters; ++it) {
-      warpgroup_fence_operand(acc);
-      warpgroup_arrive();
-#pragma unroll
-      for (int k = 0; k < 8; ++k) gemm(tm, tA(_, _, k), tB(_, _, k), acc);
-      warpgroup_commit_batch();
-      warpgroup_wait<kBatch - 1>();
-      warpgroup_fence_operand(acc);
-    }
-    warpgroup_wait<0>();
-    for (int i = 0; i < size(acc); ++i) acc_sum += acc(i);
-  } else {
-    using Op = std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>,
-                                  SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>;
-    auto tm = make_tiled_mma(Op{});
-    auto thr = tm.get_slice(t);
-    Tensor tB = thr.partition_fragment_B(sB);
+  using Op =
+      std::conditional_t<kRS,
+                         std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>,
+                                            SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::K>>,
+                         std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>,
+                                            SM90_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>>>;
+  auto tm = make_tiled_mma(Op{});
+  auto thr = tm.get_slice(t);
+  Tensor tB = thr.partition_fragment_B(sB);
+  auto acc = partition_fragment_C(tm, Shape<_64, Int<N>>{});
+  float acc_sum;
+  const long long t0 = clock64();
+  if constexpr (kRS) {  // A from registers, in the layout of the kernels' P fragment
     Tensor tA = make_tensor<T>(Layout<Shape<Shape<_2, _2, _2>, _1, _8>>{});
     for (int i = 0; i < size(tA); ++i) tA(i) = T(0.001f * (i + t));
-    auto acc = partition_fragment_C(tm, Shape<_64, Int<N>>{});
-    clear(acc);
-    for (int it = 0; it < iters; ++it) {
-      warpgroup_fence_operand(acc);
-      warpgroup_arrive();
-#pragma unroll
-      for (int k = 0; k < 8; ++k) gemm(tm, tA(_, _, k), tB(_, _, k), acc);
-      warpgroup_commit_batch();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc);
-    }
-    for (int i = 0; i < size(acc); ++i) acc_sum += acc(i);
+    acc_sum = issue_batches<kBatch>(tm, tA, tB, acc, iters);
+  } else {
+    Tensor tA = thr.partition_fragment_A(sA);
+    acc_sum = issue_batches<kBatch>(tm, tA, tB, acc, iters);
   }
-  long long t1 = clock64();
+  const long long t1 = clock64();
   if (t == 0) cycles[blockIdx.x * 3 + wg] = t1 - t0;
   if (acc_sum == 12345.f) sink[threadIdx.x] = acc_sum;
 }

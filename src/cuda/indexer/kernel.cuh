@@ -112,12 +112,11 @@ __device__ void builders(const IndexerParams& p, Storage<T>& smem, std::int64_t 
         const int qi = r / p.h_i, h = r - qi * p.h_i;
         const Element* src = q + std::int64_t{unit.q0 + qi} * p.stride_q_token + std::int64_t{h} * p.stride_q_head +
                              j * kChunkElements;
-        // The 128-byte swizzle is a function of the address (the buffer is 1024-byte aligned):
-        // 16-byte chunk bits 4-6 XOR row bits 7-9 of the unswizzled offset.
-        const int plain = static_cast<int>(sizeof(Element)) *
-                          typename T::SmemLayoutQ{}.layout_b()(r % T::kWarpgroupRows, j * kChunkElements);
+        // The buffer is 1024-byte aligned: the swizzle is a function of the address.
+        const int byte =
+            prefill_sm90::swizzled_byte<typename T::SmemLayoutQ, Element>(r % T::kWarpgroupRows, j * kChunkElements);
         const auto dst = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem.q[qb][r / T::kWarpgroupRows])) +
-                         static_cast<std::uint32_t>(plain ^ (((plain >> 7) & 7) << 4));
+                         static_cast<std::uint32_t>(byte);
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
       }
       asm volatile("cp.async.wait_all;\n" ::: "memory");

@@ -35,12 +35,7 @@ __device__ __forceinline__ void stage_normalised_o(const AccO& acc_o, const floa
   using Element = typename Traits::Element;
   typename Traits::MmaPV mma;
   auto thr = mma.get_slice(ct);
-  // Byte offsets into `so` from the layout: its swizzle (layout_a) acts on the byte offset of
-  // the unswizzled element (layout_b), which on the 1024-byte aligned tile is the swizzle of
-  // the address. Indexed off `so` itself, the stores stay STS: a swizzled CuTe pointer would go
-  // through an integer and make them generic stores.
-  const typename Traits::SmemLayoutQ layout{};
-  auto* so_bytes = reinterpret_cast<std::uint8_t*>(so);
+  auto* so_bytes = reinterpret_cast<std::uint8_t*>(so);  // indexed by swizzled_byte: stores stay STS
   Tensor tOcO = thr.partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<Traits::kHeadDim>>{}));
 #pragma unroll
   for (int i = 0; i < size(acc_o); i += 2) {
@@ -48,8 +43,7 @@ __device__ __forceinline__ void stage_normalised_o(const AccO& acc_o, const floa
     const Element lo = static_cast<Element>(acc_o(i) * inv[half]);
     const Element hi = static_cast<Element>(acc_o(i + 1) * inv[half]);
     const std::uint32_t packed = std::uint32_t(lo.raw()) | (std::uint32_t(hi.raw()) << 16);
-    const int byte =
-        layout.layout_a()(static_cast<int>(sizeof(Element)) * layout.layout_b()(get<0>(tOcO(i)), get<1>(tOcO(i))));
+    const int byte = swizzled_byte<typename Traits::SmemLayoutQ, Element>(get<0>(tOcO(i)), get<1>(tOcO(i)));
     *reinterpret_cast<std::uint32_t*>(so_bytes + byte) = packed;
   }
 }

@@ -146,6 +146,17 @@ __device__ __forceinline__ Storage& aligned_smem(std::uint8_t* raw) {
   return *reinterpret_cast<Storage*>(raw + ((1024u - (base & 1023u)) & 1023u));
 }
 
+// Byte offset of element (r, c) in a tile of Layout (GMMA::Layout_K_SW128_Atom<Element>
+// tiled: 128-byte swizzled, K-major): the layout's own swizzle (layout_a, on bytes) of the
+// unswizzled element's byte offset (layout_b). On a 1024-byte aligned tile that is the swizzle
+// of the address, which TMA and WGMMA apply. Indexing a tile's own pointer with it keeps its
+// accesses to shared memory as such: a swizzled CuTe pointer goes through an integer.
+template <class Layout, class Element>
+__device__ __forceinline__ int swizzled_byte(int r, int c) {
+  constexpr Layout layout{};
+  return layout.layout_a()(static_cast<int>(sizeof(Element)) * layout.layout_b()(r, c));
+}
+
 // The decode's tile-union instances: the same kernel, its consumer warpgroups skipping blocks
 // none of their rows chose. The decode's queries pick their blocks independently (a Q = 8 tile
 // leaves most union blocks to one warpgroup); the prefill's tile-union tiles are those whose
