@@ -8,8 +8,11 @@
 
 namespace msa::bench {
 
-double union_tile_share(const Workload& w) {
+double union_tile_share(const Workload& w, std::int64_t max_k_len) {
   const AttentionShape& s = w.spec.shape;
+  if (w.total_q > 0 && union_only_batch(nullptr, nullptr, static_cast<std::int64_t>(w.spec.requests.size()), max_k_len,
+                                        s.topk, cuda::tile_union_queries_per_tile(s.group())))
+    return 1.0;
   const std::vector<std::uint8_t> route = route_tiles_host(
       w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
       static_cast<int>(w.spec.requests.size()), s.h_kv, w.total_q, s.topk,

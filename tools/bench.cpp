@@ -218,10 +218,10 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
   const double flops = bench::attention_flops(s, stats);
   const double bytes = bench::prefill_bytes(s, stats, total_q).total();
   const double floor_ms = bench::floor_seconds(flops, bytes) * 1e3;
-  // Tiles on the tile-union kernel: all, none, or those the planner's rule routes there.
+  // Tiles on the tile-union kernel: all, none, or those PrefillPath::kAuto sends there.
   const double union_share = c.path == PrefillPath::kTileUnion    ? 1.0
                              : c.path == PrefillPath::kBlockMajor ? 0.0
-                                                                  : bench::union_tile_share(w);
+                                                                  : bench::union_tile_share(w, max_k);
 
   // Device tensors; Q/K/V/out rotate over `sets` copies whose total exceeds 2x L2.
   const std::int64_t q_elems = total_q * s.h_q * s.d;

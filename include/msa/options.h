@@ -22,14 +22,18 @@ enum class PrefillPath : std::uint8_t {
   // independent (random) selections.
   kBlockMajor,
   // Query-major over the union of a tile's selections: each tile of neighbouring queries loads
-  // the union of their blocks once and runs an online softmax, one result per query, no
-  // per-block partials. Wins when neighbouring queries share most of their blocks.
+  // the union of their blocks once and runs an online softmax, one result per query written
+  // straight to out / lse, no per-block partials and no combine. Wins when neighbouring queries
+  // share most of their blocks. plan() launches nothing (it stages host inputs only).
   kTileUnion,
   // Decided per query tile by plan(), on the device: a tile (the queries of one tile-union M
   // tile, one KV head) whose union of blocks is at most a quarter of its queries' edges goes to
   // the tile-union kernel, the rest to the block-major kernel; run() launches both, each on
   // its share. No host synchronisation, and run() stays capturable. The default. The plan
-  // (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1.
+  // (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1. Where the
+  // batch alone bounds every tile's union below that cut (short contexts: k_len <= 4096 at
+  // G = 16, K = 16; one request, or a host batch whose shared tiles stay below it too), every
+  // tile goes to the tile-union kernel as with kTileUnion, and plan() launches nothing.
   kAuto,
 };
 const char* prefill_path_name(PrefillPath p);

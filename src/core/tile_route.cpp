@@ -1,5 +1,7 @@
 #include "core/tile_route.h"
 
+#include "msa/shapes.h"
+
 #include <algorithm>
 #include <set>
 #include <utility>
@@ -30,6 +32,39 @@ std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::
     route[tile] = union_path_wins(blocks_of_tile.size(), edges) ? 1 : 0;
   }
   return route;
+}
+
+bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                      std::int64_t max_k_len, int topk, int q_per_tile) {
+  const std::int64_t cap = std::int64_t(q_per_tile) * topk / 4;
+  if (batch <= 0 || cap <= 0 || (max_k_len + kBlockSize - 1) / kBlockSize > cap) return false;
+  if (cu_seqlens_q == nullptr || k_len == nullptr) return batch == 1;
+  // Tiles inside one request are bounded by max_k_len above; the tiles a request shares (its
+  // first and last) sum their requests' bounds, in ascending tile order.
+  std::int64_t tile = -1, bound = 0;
+  const auto add = [&](std::int64_t t, std::int64_t blocks) {
+    if (t != tile) {
+      tile = t;
+      bound = 0;
+    }
+    bound += blocks;
+    return bound <= cap;
+  };
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t q0 = cu_seqlens_q[b], q1 = cu_seqlens_q[b + 1];
+    if (q1 <= q0) continue;
+    const std::int64_t kl = std::max<std::int32_t>(k_len[b], 0);
+    for (const std::int64_t t : {q0 / q_per_tile, (q1 - 1) / q_per_tile}) {
+      const std::int64_t first = std::max(q0, t * q_per_tile), last = std::min(q1, (t + 1) * q_per_tile) - 1;
+      // Visible blocks of the request's last query in the tile: position kl - q_len + local.
+      const std::int64_t pos = kl - (q1 - q0) + (last - q0);
+      const std::int64_t seen = std::clamp<std::int64_t>((std::min(pos + 1, kl) + kBlockSize - 1) / kBlockSize, 0,
+                                                         (kl + kBlockSize - 1) / kBlockSize);
+      if (!add(t, std::min(seen, (last - first + 1) * topk))) return false;
+      if (q0 / q_per_tile == (q1 - 1) / q_per_tile) break;  // one tile: counted once
+    }
+  }
+  return true;
 }
 
 }  // namespace msa

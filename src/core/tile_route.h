@@ -54,6 +54,17 @@ struct TileRoute {
   }
 };
 
+// PrefillPath::kAuto without a device plan: true when the batch alone bounds every tile's union
+// by a full tile's break-even, q_per_tile * topk / 4 blocks (union_path_wins with every query
+// choosing topk blocks), so that every tile may run on the tile-union kernel unrouted and plan()
+// builds nothing. A tile's union is at most, summed over the requests it holds, the blocks its
+// last query of that request sees (causal, below k_len), and topk per query. With the batch on
+// the device (cu_seqlens_q / k_len null) only one request is bounded that way, by max_k_len.
+// Under MSA's top-k (every query chooses min(topk, visible) blocks) a tile of one request whose
+// queries see at most that many blocks is routed to the union kernel by the device rule too.
+bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                      std::int64_t max_k_len, int topk, int q_per_tile);
+
 // The routing rule (union_path_wins per tile) on the host. topk [h_kv, total_q, topk]
 // contiguous; cu_seqlens_q [batch + 1]; k_len [batch]. Returns [h_kv * tiles_per_head] flags.
 std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,

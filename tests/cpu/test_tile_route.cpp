@@ -50,6 +50,39 @@ TEST(TileRoute, Threshold) {
   EXPECT_TRUE(msa::union_path_wins(0, 0));       // nothing selected: either path writes zeros
 }
 
+// union_only_batch by hand: tiles of 8 queries, topk 16, so a tile's union may reach
+// 8 * 16 / 4 = 32 blocks (4096 tokens).
+TEST(TileRoute, UnionOnlyBatchByHand) {
+  using msa::union_only_batch;
+  // The batch on the device: one request, bounded by max_k_len.
+  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 1, 4096, 16, 8));
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 4097, 16, 8));
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 2, 1000, 16, 8));  // tiles may span requests
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 0, 0, 16, 8));
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 100, 1, 2));  // cap 2 * 1 / 4 = 0 blocks
+  // One request of 1000 queries on 4096 tokens: every tile sees at most 32 blocks.
+  const std::vector<std::int32_t> cu1 = {0, 1000}, k1 = {4096};
+  EXPECT_TRUE(union_only_batch(cu1.data(), k1.data(), 1, 4096, 16, 8));
+  // Two requests share tile 0 (queries 0-4 and 5-7): 32 + 32 blocks on 4096-token requests.
+  const std::vector<std::int32_t> cu2 = {0, 5, 13};
+  const std::vector<std::int32_t> k_long = {4096, 4096}, k_short = {2048, 2048};
+  EXPECT_FALSE(union_only_batch(cu2.data(), k_long.data(), 2, 4096, 16, 8));
+  EXPECT_TRUE(union_only_batch(cu2.data(), k_short.data(), 2, 2048, 16, 8));  // 16 + 16
+  // Eight one-query requests in one tile: each adds min(its blocks, 16).
+  const std::vector<std::int32_t> cu8 = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<std::int32_t> k512(8, 512), k640(8, 640);
+  EXPECT_TRUE(union_only_batch(cu8.data(), k512.data(), 8, 512, 16, 8));    // 8 * 4
+  EXPECT_FALSE(union_only_batch(cu8.data(), k640.data(), 8, 640, 16, 8));   // 8 * 5
+  // A fresh 4-token prefill (its last query sees block 0 only) beside the first 4 queries of a
+  // 1000-query chunk on 4096 tokens (positions 3096-3099: 25 blocks): 1 + 25.
+  const std::vector<std::int32_t> cu_f = {0, 4, 1004}, k_f = {4, 4096};
+  EXPECT_TRUE(union_only_batch(cu_f.data(), k_f.data(), 2, 4096, 16, 8));
+  // The same chunk's queries counted by what their last query sees: on 4100 tokens (33 blocks)
+  // the bound on max_k_len already refuses.
+  const std::vector<std::int32_t> k_g = {4, 4100};
+  EXPECT_FALSE(union_only_batch(cu_f.data(), k_g.data(), 2, 4100, 16, 8));
+}
+
 TEST(TileRoute, HostPlannerLeavesRoutedRowsOut) {
   // One request of 6 queries (k_len 384: blocks 0..2), 2 KV heads, topk 2, tiles of 2 queries.
   std::vector<std::int32_t> cu = {0, 6}, k_len = {384};

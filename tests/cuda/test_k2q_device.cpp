@@ -587,10 +587,13 @@ INSTANTIATE_TEST_SUITE_P(Small, K2qDevice, ::testing::ValuesIn(small_cases()), c
 
 // The backend path: SparsePrefill on CUDA plans from CPU tensors (staged to the device) and
 // from device tensors with a host bound, and plan_snapshot() equals the host builder given the
-// rule's routing (PrefillPath::kAuto, the default) or none (kBlockMajor).
+// rule's routing (PrefillPath::kAuto, the default), none (kBlockMajor), or every tile routed
+// where the batch alone sends every tile to the tile-union kernel (union_only_batch: plan()
+// builds nothing; kTileUnion always).
 TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
   MSA_SKIP_WITHOUT_GPU();
   std::int64_t union_tiles = 0, block_major_tiles = 0;  // the rule must route both ways here
+  int union_only_plans = 0;
   // (chunk171_on_55k and k5_nonpow2 take the small path, the others the general one.)
   for (const PlanCase& c : {cases()[2], cases()[7], cases()[9], cases()[11], cases()[16], cases()[5]}) {
     SCOPED_TRACE(c.name);
@@ -598,8 +601,27 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     const std::vector<std::uint8_t> flags = rule_route(c, in);
     union_tiles += std::count(flags.begin(), flags.end(), 1);
     block_major_tiles += std::count(flags.begin(), flags.end(), 0);
-    const msa::K2qCsr host =
-        host_plan(c, in, msa::TileRoute{msa::cuda::tile_union_queries_per_tile(shape_of(c).group()), flags.data()});
+    const int q_per_tile = msa::cuda::tile_union_queries_per_tile(shape_of(c).group());
+    const msa::K2qCsr routed = host_plan(c, in, msa::TileRoute{q_per_tile, flags.data()});
+    const std::vector<std::uint8_t> every(flags.size(), 1);
+    const msa::K2qCsr all_union = host_plan(c, in, msa::TileRoute{q_per_tile, every.data()});
+    const auto b_count = static_cast<std::int64_t>(c.requests.size());
+    const bool host_union_only =
+        in.total_q > 0 && msa::union_only_batch(in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(), b_count,
+                              in.max_k_len, c.topk, q_per_tile);
+    const bool device_union_only =
+        in.total_q > 0 && msa::union_only_batch(nullptr, nullptr, b_count, in.max_k_len + 333, c.topk, q_per_tile);
+    union_only_plans += host_union_only + device_union_only;
+    {
+      msa::Options fixed;
+      fixed.backend = msa::Backend::kCuda;
+      fixed.q_per_item = c.q_per_item;
+      fixed.prefill_path = msa::PrefillPath::kTileUnion;
+      msa::SparsePrefill op(shape_of(c), fixed);
+      op.plan(in.batch(), in.topk.view());
+      expect_same_plan(all_union, op.plan_snapshot());
+    }
+    const msa::K2qCsr& host = host_union_only ? all_union : routed;
     {
       msa::Options fixed;
       fixed.backend = msa::Backend::kCuda;
@@ -622,7 +644,7 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     const msa::TensorView topk = dp.topk.view;
     EXPECT_THROW(op.plan(batch, topk), msa::Error);  // device batch needs a bound
     op.plan(batch, topk, in.max_k_len + 333, nullptr);
-    expect_same_plan(host, op.plan_snapshot());
+    expect_same_plan(device_union_only ? all_union : routed, op.plan_snapshot());
 
     // Caller-owned workspace of exactly workspace_bytes().
     const std::size_t bytes = msa::SparsePrefill::workspace_bytes(
@@ -630,11 +652,13 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     DeviceBuffer ws(bytes);
     op.set_workspace(ws.get(), bytes);
     op.plan(batch, topk, in.max_k_len, nullptr);
-    expect_same_plan(host, op.plan_snapshot());
+    const bool bounded_union_only = in.total_q > 0 && msa::union_only_batch(nullptr, nullptr, b_count, in.max_k_len, c.topk, q_per_tile);
+    expect_same_plan(bounded_union_only ? all_union : routed, op.plan_snapshot());
     EXPECT_THROW(op.plan(batch, topk, in.max_k_len + 100000, nullptr), msa::Error);  // too small
   }
   EXPECT_GT(union_tiles, 0);
   EXPECT_GT(block_major_tiles, 0);
+  std::printf("plans that built nothing (every tile on the union kernel): %d\n", union_only_plans);
 }
 
 // Planner time on target-sized problems (graph replays, CUDA events, median of 50), with the

@@ -45,6 +45,9 @@ struct Case {
   bool adversarial = false;  // sprinkle -1, duplicates and out-of-range ids into the rows
   msa::PrefillPath path = msa::PrefillPath::kBlockMajor;
   bool mixed_route = false;  // PrefillPath::kAuto must route tiles both ways (checked)
+  bool union_only = false;   // kAuto must take the plan-free path (union_only_batch, checked)
+  bool host_batch = false;   // plan() from the CPU batch tensors (else device ones + a bound)
+  bool no_lse = false;       // run() without the optional lse
 };
 // Test names in CTest and gtest output: the case name, not the struct bytes.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -99,9 +102,37 @@ std::vector<Case> cases() {
       Case a = c[i];
       a.name += "_auto";
       a.path = msa::PrefillPath::kAuto;
+      a.union_only = a.name.find("hot_rows") != std::string::npos;  // one request on 700 tokens
       c.push_back(a);
     }
   }
+  // PrefillPath::kAuto where the batch alone sends every tile to the tile-union kernel
+  // (plan() builds nothing; the kernel writes out / lse itself): a host batch whose tiles span
+  // requests, one request planned from device tensors, and no lse.
+  Case only{"short_chunks_union_only", spec_of(64, 4, 16, 128, {{700, 2000}, {300, 300}, {129, 1300}},
+                                                Selection::kRandom, 14)};
+  only.path = msa::PrefillPath::kAuto;
+  only.spec.sinks = true;
+  only.union_only = true;
+  only.host_batch = true;
+  c.push_back(only);
+  Case one{"single_4096_union_only", spec_of(32, 2, 16, 64, {{1500, 4096}}, Selection::kRandom, 15)};
+  one.path = msa::PrefillPath::kAuto;
+  one.spec.sinks = true;
+  one.union_only = true;
+  c.push_back(one);
+  Case nolse{"single_union_only_no_lse", spec_of(16, 1, 16, 0, {{900, 3000}}, Selection::kRandom, 16)};
+  nolse.path = msa::PrefillPath::kAuto;
+  nolse.union_only = true;
+  nolse.host_batch = true;
+  nolse.no_lse = true;
+  c.push_back(nolse);
+  // Routed both ways with sinks: the union kernel's rows final, the combine's the others.
+  Case mixed_sinks = mixed;
+  mixed_sinks.name = "page128_g16_random_mixed_sinks_auto";
+  mixed_sinks.path = msa::PrefillPath::kAuto;
+  mixed_sinks.spec.sinks = true;
+  c.push_back(mixed_sinks);
   // Every case again in fp16 when this build holds the fp16 instances (MSA_CUDA_DTYPES).
   const bool fp16_built = msa::test::fp16_instances_built();
   const std::size_t bf16_cases = c.size();
@@ -123,11 +154,21 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   if (c.adversarial) msa::test::make_adversarial(w.topk, c.spec.seed, 50);
   if (c.spec.page_size > 0) msa::bench::poison_cache_tails(w);
   const auto& s = c.spec.shape;
+  std::int64_t max_k_len = 0;
+  for (const Request& r : c.spec.requests) max_k_len = std::max<std::int64_t>(max_k_len, r.k_len);
+  const int q_per_tile = msa::cuda::tile_union_queries_per_tile(s.group());
+  const auto b_count = static_cast<std::int64_t>(c.spec.requests.size());
+  if (c.path == msa::PrefillPath::kAuto) {
+    const bool union_only =
+        c.host_batch ? msa::union_only_batch(w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
+                                             b_count, max_k_len, s.topk, q_per_tile)
+                     : msa::union_only_batch(nullptr, nullptr, b_count, max_k_len, s.topk, q_per_tile);
+    EXPECT_EQ(union_only, c.union_only) << c.name;
+  }
   if (c.mixed_route) {
     const std::vector<std::uint8_t> route = msa::route_tiles_host(
         w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
-        static_cast<int>(c.spec.requests.size()), s.h_kv, w.total_q, s.topk,
-        msa::cuda::tile_union_queries_per_tile(s.group()));
+        static_cast<int>(b_count), s.h_kv, w.total_q, s.topk, q_per_tile);
     const auto union_tiles = std::count(route.begin(), route.end(), 1);
     EXPECT_GT(union_tiles, 0) << c.name;
     EXPECT_LT(union_tiles, static_cast<std::ptrdiff_t>(route.size())) << c.name;
@@ -159,7 +200,9 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   a.topk = topk.view;
   a.sinks = sinks.view;
   a.out = d_out.view;
-  a.lse = d_lse.view;
+  a.lse = c.no_lse ? msa::TensorView{} : d_lse.view;
+  // A host batch: plan() reads and stages it, run() is given the same host tensors.
+  if (c.host_batch) a.batch = {w.cu_seqlens_q.view(), w.k_len.view()};
 
   msa::Options o;
   o.backend = msa::Backend::kCuda;
@@ -168,8 +211,6 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   msa::SparsePrefill op(s, o);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  std::int64_t max_k_len = 0;
-  for (const Request& r : c.spec.requests) max_k_len = std::max<std::int64_t>(max_k_len, r.k_len);
   op.plan(a.batch, a.topk, max_k_len, stream);
   op.run(a, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
@@ -179,15 +220,23 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
 
   const auto r_out = msa::bench::compare(out, ref_out, {});
   EXPECT_TRUE(r_out.ok) << c.name << " out: " << r_out.summary();
-  const auto r_lse = msa::bench::compare(lse, ref_lse, {.atol = 1e-3, .rtol = 0.0, .min_cosine = 0.0});
-  EXPECT_TRUE(r_lse.ok) << c.name << " lse: " << r_lse.summary();
+  if (c.no_lse) {
+    // Not asked for: left as it was (NaN poison), not written.
+    const float* l = lse.data<float>();
+    EXPECT_TRUE(std::all_of(l, l + lse.numel(), [](float x) { return std::isnan(x); })) << c.name << ": lse written";
+  } else {
+    const auto r_lse = msa::bench::compare(lse, ref_lse, {.atol = 1e-3, .rtol = 0.0, .min_cosine = 0.0});
+    EXPECT_TRUE(r_lse.ok) << c.name << " lse: " << r_lse.summary();
+  }
 
   // Bitwise reproducibility: plan + run again, captured in a CUDA graph this time.
   HostTensor out2(dtype, {w.total_q, s.h_q, s.d}), lse2(msa::DType::kFP32, {w.total_q, s.h_q});
   CUDA_OK(cudaMemset(d_out.ptr, 0xff, out.bytes()));
   CUDA_OK(cudaMemset(d_lse.ptr, 0xff, lse.bytes()));
+  // (A host batch is staged from pageable memory: planned before the capture.)
+  if (c.host_batch) op.plan(a.batch, a.topk, max_k_len, stream);
   const msa::test::CapturedGraph graph(stream, [&](cudaStream_t s) {
-    op.plan(a.batch, a.topk, max_k_len, s);  // same sizes: no allocation inside capture
+    if (!c.host_batch) op.plan(a.batch, a.topk, max_k_len, s);  // same sizes: no allocation inside capture
     op.run(a, s);
   });
   ASSERT_TRUE(graph.ok());
@@ -196,7 +245,12 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   d_out.download(out2);
   d_lse.download(lse2);
   EXPECT_EQ(std::memcmp(out.raw(), out2.raw(), out.bytes()), 0) << c.name << ": graph rerun differs";
-  EXPECT_EQ(std::memcmp(lse.raw(), lse2.raw(), lse.bytes()), 0) << c.name << ": graph rerun lse differs";
+  if (c.no_lse) {
+    const float* l = lse2.data<float>();
+    EXPECT_TRUE(std::all_of(l, l + lse2.numel(), [](float x) { return std::isnan(x); })) << c.name << ": lse written";
+  } else {
+    EXPECT_EQ(std::memcmp(lse.raw(), lse2.raw(), lse.bytes()), 0) << c.name << ": graph rerun lse differs";
+  }
   cudaStreamDestroy(stream);
 }
 

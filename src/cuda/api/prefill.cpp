@@ -10,7 +10,9 @@
 #include "core/batch.h"
 #include "core/check.h"
 #include "core/impl.h"
+#include "core/k2q_host.h"
 #include "core/plan_inputs.h"
+#include "core/tile_route.h"
 #include "core/validate.h"
 #include "cuda/api/device.h"
 #include "cuda/api/dispatch.h"
@@ -115,10 +117,28 @@ class PrefillCuda final : public SparsePrefill::Impl {
       in.stride_topk_head = topk.stride[0];
       in.stride_topk_token = topk.stride[1];
     }
-    // PrefillPath::kAuto: route each tile to the cheaper kernel before the plan is built, so
-    // that the k2q plan leaves the union tiles' rows out. The tile-union kernel reads top-k rows
-    // with a contiguous last dim; otherwise every tile stays block-major.
-    routed_ = options.prefill_path == PrefillPath::kAuto && total_q > 0 && (host_topk || topk.stride[2] == 1);
+    // Every tile on the tile-union kernel needs no device plan: PrefillPath::kTileUnion, or
+    // kAuto where the batch alone bounds every tile's union below the routing's cut
+    // (union_only_batch). plan() then only stages host inputs. Otherwise kAuto routes each
+    // tile to the cheaper kernel before the plan is built, so that the k2q plan leaves the
+    // union tiles' rows out. The tile-union kernel reads top-k rows with a contiguous last dim;
+    // otherwise every tile stays block-major.
+    const bool union_readable = host_topk || topk.stride[2] == 1;
+    const bool automatic = options.prefill_path == PrefillPath::kAuto;
+    union_only_ = options.prefill_path == PrefillPath::kTileUnion ||
+                  (automatic && total_q > 0 && union_readable &&
+                   union_only_batch(host_batch ? info.cu_q.data() : nullptr, host_batch ? info.k_len.data() : nullptr,
+                                    b_count, max_k_len, shape.topk, tile_union_queries_per_tile(shape.group())));
+    routed_ = automatic && !union_only_ && total_q > 0 && union_readable;
+    // plan_snapshot() of a plan that built nothing rebuilds it on the host from these.
+    planned_topk_ = TensorView::strided(const_cast<std::int32_t*>(in.topk), DType::kInt32,
+                                        {shape.h_kv, total_q, shape.topk},
+                                        {in.stride_topk_head, in.stride_topk_token, host_topk ? 1 : topk.stride[2]},
+                                        Device::kCuda);
+    planned_cu_ = TensorView::contiguous(const_cast<std::int32_t*>(in.cu_seqlens_q), DType::kInt32, {b_count + 1},
+                                         Device::kCuda);
+    planned_k_len_ =
+        TensorView::contiguous(const_cast<std::int32_t*>(in.k_len), DType::kInt32, {b_count}, Device::kCuda);
     TileRouteParams rp{};
     if (routed_) {
       rp.ids = in.topk;
@@ -138,7 +158,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       rp.temp_bytes = ws_.route_temp_bytes;
       in.route = &rp;  // the planner routes first (in its own head CTAs on the small path)
     }
-    build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
+    if (!union_only_) build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
 
     if (sm_count_ == 0) sm_count_ = current_sm_count();
     inputs_.keep(batch, topk);
@@ -171,11 +191,11 @@ class PrefillCuda final : public SparsePrefill::Impl {
                 a.lse.present() ? std::to_string(a.lse.stride[0]) + ", " + std::to_string(a.lse.stride[1]) : "",
                 "lse must be contiguous [total_q, h_q]");
     check_cuda_prefill(shape, a, planned_total_q_);
-    const PrefillPath path = options.prefill_path;
-    const bool use_union = path == PrefillPath::kTileUnion || (path == PrefillPath::kAuto && routed_);
+    const bool use_union = union_only_ || routed_;
+    const bool use_block_major = !union_only_;
     MSA_REQUIRE(!use_union || a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
                 "the tile-union prefill reads top-k rows with a contiguous last dim");
-    const std::int64_t q_per_tile = tile_union_queries_per_tile(shape.group());
+    const int q_per_tile = tile_union_queries_per_tile(shape.group());
     MSA_REQUIRE(!use_union || shape.h_kv * ((planned_total_q_ + q_per_tile - 1) / q_per_tile) <= INT32_MAX / 2,
                 "q.shape[0]", std::to_string(planned_total_q_),
                 "the tile-union prefill numbers (KV head, query tile) pairs in 32 bits: h_kv * ceil(total_q / " +
@@ -185,14 +205,26 @@ class PrefillCuda final : public SparsePrefill::Impl {
     if (options.strict) strict_run_check(a, stream);
     if (planned_total_q_ == 0) return;  // no query: nothing to write
 
-    const prefill_sm90::AttentionParams attn = attention_params(shape, a, planned_total_q_, ws_);
+    // The tile-union kernel's rows are final: it writes them to out and lse itself, sinks
+    // applied, and the combine leaves them alone.
+    prefill_sm90::AttentionParams attn = attention_params(shape, a, planned_total_q_, ws_);
+    if (use_union) {
+      attn.out = a.out.data;
+      attn.stride_out_token = a.out.stride[0];
+      attn.stride_out_head = a.out.stride[1];
+      attn.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
+      attn.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
+    }
     // Both kernels take the same TMA descriptors; building them is the last thing that may
     // throw (a stride TMA cannot describe), before anything is launched.
     const prefill_sm90::PrefillTma tma = prefill_sm90::make_prefill_tma(attn, a.q.dtype, shape.d);
     CombineParams c{};
     c.o_partial = ws_.o_partial;
     c.lse_partial = ws_.lse_partial;
-    c.split_counts = path == PrefillPath::kTileUnion ? nullptr : ws_.k2q.split_counts;
+    c.split_counts = ws_.k2q.split_counts;
+    c.union_tile = routed_ ? ws_.union_tile : nullptr;  // rows the union kernel wrote
+    c.q_per_tile = q_per_tile;
+    c.tiles_per_head = tiles_per_head(planned_total_q_, q_per_tile);
     c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
     c.out = a.out.data;
     c.stride_out_token = a.out.stride[0];
@@ -202,29 +234,42 @@ class PrefillCuda final : public SparsePrefill::Impl {
     c.h_q = shape.h_q;
     c.group = shape.group();
     c.topk = shape.topk;
-    c.uniform_count = 1;  // tile-union rows (null split_counts): their one result in slot 0
+    c.uniform_count = 1;  // unused: split_counts is given
     c.out_fp16 = a.out.dtype == DType::kFP16;
-    // kTileUnion: the union kernel alone, every tile. kBlockMajor: the block-major kernel alone.
-    // kAuto (routed in plan()): the union kernel takes the tiles on the plan's list, the
-    // block-major kernel the plan's work items, which leave those tiles' rows out; the two write
-    // disjoint rows, and the combine merges each row's slots (one for a union row).
+    // Every tile on the union kernel (kTileUnion, or kAuto with union_only_): that kernel alone,
+    // writing out and lse. kBlockMajor: the block-major kernel, then the combine. kAuto routed
+    // in plan(): the union kernel takes the tiles on the plan's list and writes their rows'
+    // results; the block-major kernel takes the plan's work items, which leave those rows out,
+    // and the combine merges the other rows' slots.
     dispatch_prefill(a.q.dtype, shape.d, [&]<DType kDtype, int kHeadDim>() {
       if (use_union) {
-        const bool listed = path == PrefillPath::kAuto;
-        launch_tile_union<kDtype, kHeadDim, false>(
-            tile_union_params(attn, a, planned_batch_, listed ? ws_.union_list : nullptr,
-                              listed ? ws_.union_count : nullptr),
-            tma, sm_count_, stream);
+        prefill_sm90::TileUnionParams u = tile_union_params(attn, a, planned_batch_, routed_ ? ws_.union_list : nullptr,
+                                                            routed_ ? ws_.union_count : nullptr);
+        u.direct = true;
+        launch_tile_union<kDtype, kHeadDim, false>(u, tma, sm_count_, stream);
       }
-      if (path != PrefillPath::kTileUnion)
+      if (use_block_major) {
         launch_block_major<kDtype, kHeadDim>(block_major_params(attn, ws_), tma, sm_count_, stream);
-      launch_combine<kDtype, kHeadDim>(c, stream, /*programmatic=*/true);
+        launch_combine<kDtype, kHeadDim>(c, stream, /*programmatic=*/true);
+      }
     });
   }
 
+  // With every tile on the tile-union kernel plan() built nothing: the plan that run() follows
+  // is the host builder's with every tile routed (no edge, split count 1), from the planned
+  // batch and top-k read back.
   K2qCsr plan_snapshot() const override {
     MSA_REQUIRE(planned_, "plan", "none", "call plan() before plan_snapshot()");
-    return k2q_device_snapshot(ws_.k2q_geo, ws_.k2q, plan_stream_);
+    if (!union_only_) return k2q_device_snapshot(ws_.k2q_geo, ws_.k2q, plan_stream_);
+    HostMirrors m;  // (an empty view is not copied: labelled host, nothing of it is read)
+    const VarlenBatch batch{as_host(m.mirror(planned_cu_, plan_stream_)),
+                            as_host(m.mirror(planned_k_len_, plan_stream_))};
+    const TensorView topk = as_host(m.mirror(planned_topk_, plan_stream_));
+    m.wait(plan_stream_);
+    const int q_per_tile = tile_union_queries_per_tile(shape.group());
+    const std::vector<std::uint8_t> every(
+        static_cast<std::size_t>(shape.h_kv * tiles_per_head(planned_total_q_, q_per_tile)), 1);
+    return build_k2q_csr_routed(shape, batch, topk, options, TileRoute{q_per_tile, every.data()});
   }
 
  private:
@@ -279,7 +324,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
 
   bool planned_ = false;
   PlanInputs inputs_;
-  bool routed_ = false;  // plan() routed tiles into ws_.union_* (PrefillPath::kAuto)
+  bool routed_ = false;      // plan() routed tiles into ws_.union_* (PrefillPath::kAuto)
+  bool union_only_ = false;  // every tile on the tile-union kernel: plan() built nothing
+  TensorView planned_cu_, planned_k_len_, planned_topk_;  // device views plan() read
   PrefillWorkspace ws_{};
   cudaStream_t plan_stream_ = nullptr;
   bool batch_staged_ = false;

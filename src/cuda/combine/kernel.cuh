@@ -75,6 +75,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   const std::int64_t q = row / p.h_q;
   const int h = static_cast<int>(row - q * p.h_q);
   const int h_kv = p.h_q / p.group;
+  if (p.union_tile != nullptr && p.union_tile[(h / p.group) * p.tiles_per_head + q / p.q_per_tile] != 0)
+    return;  // the tile-union kernel's row (whole lane groups leave together)
   const int n = p.split_counts == nullptr ? p.uniform_count
                                           : min(max(p.split_counts[q * h_kv + h / p.group], 0), p.topk);
   const float neg_inf = -__int_as_float(0x7f800000);

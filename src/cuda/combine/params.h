@@ -22,6 +22,11 @@ struct CombineParams {
   int group;      // h_q / h_kv
   int topk;       // slots of o_partial, 1..32
   int uniform_count;  // 1..topk, the slots of every row when split_counts is null
+  // The prefill's routing (may be null): rows of tiles flagged here were written by the
+  // tile-union kernel and are left alone. [h_kv, tiles_per_head], tile = q / q_per_tile.
+  const std::uint8_t* union_tile;
+  int q_per_tile;
+  std::int64_t tiles_per_head;
   bool out_fp16;  // out is fp16 (else bf16)
 };
 

@@ -174,8 +174,9 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
         const int o_row = info.slot * static_cast<int>(p.attn.total_q) + info.qg;
         return RowDest{info.qg >= 0, info.h, o_row, std::int64_t(o_row) * p.attn.h_q + info.h};
       };
-      store_tile<Traits, false>(tma, acc_o, m_scaled, row_sum, smem.q[buf], p.attn.lse_partial, opaque_tid() - 128,
-                                target);
+      const float no_sink[2] = {-INFINITY, -INFINITY};  // the combine applies sinks
+      store_tile<Traits, false>(tma, tma.o_partial, acc_o, m_scaled, row_sum, no_sink, smem.q[buf], p.attn.lse_partial,
+                                opaque_tid() - 128, target);
       pending = buf;
     }
     ++use;

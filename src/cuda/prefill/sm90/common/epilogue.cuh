@@ -1,7 +1,8 @@
-// The one epilogue of both sm_90a prefill kernels: O normalised by the row sum, staged through
-// the tile's consumed Q buffer and stored with TMA (one box per query's heads and column half,
-// issued by the thread owning the box's first row), and the natural-log LSE of every row. The
-// kernels differ only in where a tile row goes, which they say with a RowTarget functor:
+// The one epilogue of both sm_90a prefill kernels: O normalised by the row sum (and a sink, for
+// final rows), staged through the tile's consumed Q buffer and stored with TMA (one box per
+// query's heads and column half, issued by the thread owning the box's first row), and the
+// natural-log LSE of every row. The kernels differ only in where a tile row goes, which they say
+// with a RowTarget functor:
 //   target(r) -> RowDest {valid, h, o_row, lse_index} for tile row r.
 #pragma once
 
@@ -21,8 +22,9 @@ namespace msa::cuda::prefill_sm90 {
 struct RowDest {
   bool valid;              // a real (query, head) row that gets stored
   int h;                   // query head
-  int o_row;               // row of o_partial seen as [slots * total_q] (slot * total_q + query)
-  std::int64_t lse_index;  // element of lse_partial
+  int o_row;               // row of the output map: o_partial seen as [slots * total_q] (slot *
+                           // total_q + query), or out's query
+  std::int64_t lse_index;  // element of lse_partial (or of lse: query * h_q + h)
 };
 
 // Normalises this thread's O accumulator rows by `inv` (per row half) and writes them as
@@ -48,35 +50,54 @@ __device__ __forceinline__ void stage_normalised_o(const AccO& acc_o, const floa
   }
 }
 
-// The epilogue of one tile for this consumer warpgroup's 64 rows. m_scaled: the row halves'
-// max * scale_log2; row_sum: this thread's part of their sums (the quad adds them); o_scale:
-// a factor on O (FP8 V's descale, else 1) that the LSE does not see. With kWaitRead the thread
-// issuing a box waits for the store to have read shared memory, so the warpgroup may release
-// `so` to the next Q gather right after; without it the caller calls stores_read() before it
-// releases `so`, and works meanwhile.
-template <class Traits, bool kWaitRead = true, class AccO, class RowTarget>
-__device__ __forceinline__ void store_tile(const PrefillTma& tma, const AccO& acc_o, const float (&m_scaled)[2],
-                                           const float (&row_sum)[2], typename Traits::Element* so, float* lse_partial,
-                                           int ct, const RowTarget& target, float o_scale = 1.f) {
+// One row half's normaliser and natural-log LSE from its max m (log2 units, -inf: no visible
+// key) and quad-summed l. With kSinks a sink of log2-domain logit `sink` (-inf: none) joins the
+// sum at the common maximum (spec §6: a key of value zero); without one the result is the
+// plain form's, bit for bit.
+struct RowNorm {
+  float inv;  // factor on O
+  float lse;  // natural log
+};
+template <bool kSinks>
+__device__ __forceinline__ RowNorm row_norm(float m, float l, float sink, float o_scale) {
+  if (kSinks && sink != -INFINITY) {
+    const float top = fmaxf(m, sink);
+    const float wm = fast_exp2(m - top);  // 0 for m = -inf
+    const float lt = l * wm + fast_exp2(sink - top);
+    return {o_scale * wm / lt, (top + __log2f(lt)) * kLn2};  // lt >= 1: the larger term is 1
+  }
+  return {l > 0.f ? o_scale / l : 0.f, l > 0.f ? (m + __log2f(l)) * kLn2 : -INFINITY};
+}
+
+// The epilogue of one tile for this consumer warpgroup's 64 rows, into `o_map` (o_partial, or
+// out for final rows) and `lse` (lse_partial, or the caller's lse: may then be null).
+// m_scaled: the row halves' max * scale_log2; row_sum: this thread's part of their sums (the
+// quad adds them); sink: the row halves' sink logits * log2(e), -inf for none (kSinks only);
+// o_scale: a factor on O (FP8 V's descale, else 1) that the LSE does not see. With kWaitRead the
+// thread issuing a box waits for the store to have read shared memory, so the warpgroup may
+// release `so` to the next Q gather right after; without it the caller calls stores_read()
+// before it releases `so`, and works meanwhile.
+template <class Traits, bool kWaitRead = true, bool kSinks = false, class AccO, class RowTarget>
+__device__ __forceinline__ void store_tile(const PrefillTma& tma, const CUtensorMap& o_map, const AccO& acc_o,
+                                           const float (&m_scaled)[2], const float (&row_sum)[2],
+                                           const float (&sink)[2], typename Traits::Element* so, float* lse, int ct,
+                                           const RowTarget& target, float o_scale = 1.f) {
   using namespace cute;
   typename Traits::MmaPV mma;
   auto thr = mma.get_slice(ct);
   Tensor tOcO = thr.partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<Traits::kHeadDim>>{}));
 
-  float l[2], inv[2];
+  RowNorm norm[2];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    l[half] = quad_sum(row_sum[half]);
-    inv[half] = l[half] > 0.f ? o_scale / l[half] : 0.f;
-  }
+  for (int half = 0; half < 2; ++half) norm[half] = row_norm<kSinks>(m_scaled[half], quad_sum(row_sum[half]), sink[half], o_scale);
+  const float inv[2] = {norm[0].inv, norm[1].inv};
   stage_normalised_o<Traits>(acc_o, inv, so, ct);
   // LSE: the quad's first lane owns its two rows; ln(sum 2^(s*scale_log2 - m)) = (m + log2 l) ln 2.
-  if (ct % 4 == 0) {
+  if (lse != nullptr && ct % 4 == 0) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const RowDest dest = target(get<0>(tOcO(2 * half)));
-      if (!dest.valid) continue;
-      lse_partial[dest.lse_index] = l[half] > 0.f ? (m_scaled[half] + __log2f(l[half])) * kLn2 : -INFINITY;
+      if (dest.valid) lse[dest.lse_index] = norm[half].lse;
     }
   }
   // The warpgroup's staged rows are complete once its 128 threads pass here; the proxy fence
@@ -90,7 +111,7 @@ __device__ __forceinline__ void store_tile(const PrefillTma& tma, const AccO& ac
     if (dest.valid) {
 #pragma unroll
       for (int c = 0; c < Traits::kColHalves; ++c)
-        cute::SM90_TMA_STORE_3D::copy(&tma.o_partial, so + Traits::q_box_offset(r, c), c * Traits::kBoxCols, dest.h,
+        cute::SM90_TMA_STORE_3D::copy(&o_map, so + Traits::q_box_offset(r, c), c * Traits::kBoxCols, dest.h,
                                       dest.o_row);
       cute::tma_store_arrive();
       if constexpr (kWaitRead) cute::tma_store_wait<0>();  // shared memory read: the buffer may be refilled

@@ -49,6 +49,15 @@ struct AttentionParams {
   void* o_partial;     // [slots, total_q, h_q, d]
   float* lse_partial;  // [slots, total_q, h_q]
   int slots;           // partial slots: topk for the prefill, the split count for the decode
+  // Final outputs, for rows a kernel completes alone (TileUnionParams::direct): out [total_q,
+  // h_q, d] in the instance's dtype (16-byte aligned rows; written through PrefillTma::out),
+  // normalised with the sink; lse [total_q, h_q] contiguous, may be null; sinks [h_q]
+  // natural-log logits, may be null (a non-finite sink is ignored). Null out: partials only.
+  void* out;
+  std::int64_t stride_out_token;
+  std::int64_t stride_out_head;
+  float* lse;
+  const float* sinks;
 
   std::int64_t total_q;
   int h_q;
@@ -66,6 +75,7 @@ struct AttentionParams {
 struct PrefillTma {
   CUtensorMap q;          // q as [total_q][h_q][d]
   CUtensorMap o_partial;  // o_partial as [slots * total_q][h_q][d]
+  CUtensorMap out;        // out as [total_q][h_q][d] (its own strides); set when out is given
   CUtensorMap k;
   CUtensorMap v;
   int q_box_rows;   // group when it divides 64, else 1

@@ -62,6 +62,12 @@ PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, DType kv_dtyp
   const TensorMapDim o_dims[3] = {
       {d, kElementBytes, kBoxCols}, {h_q, d * kElementBytes, qb}, {o_rows, h_q * d * kElementBytes, 1}};
   t.o_partial = make_tensor_map(a.o_partial, dtype, o_dims, 3, "o_partial");
+  if (a.out != nullptr) {
+    const std::uint64_t out_head = stride_bytes(a.stride_out_head, h_q, d * kElementBytes);
+    const std::uint64_t out_token = stride_bytes(a.stride_out_token, total_q, h_q * out_head);
+    const TensorMapDim out_dims[3] = {{d, kElementBytes, kBoxCols}, {h_q, out_head, qb}, {total_q, out_token, 1}};
+    t.out = make_tensor_map(a.out, dtype, out_dims, 3, "out.stride");
+  }
 
   t.kv_box_rows = kv_box_rows(a);
   t.k = make_kv_tensor_map(a, a.k, kv_dtype, head_dim, "k.stride");

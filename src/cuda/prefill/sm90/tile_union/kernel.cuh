@@ -280,7 +280,8 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     }
     use += n;
     Barrier64::arrive(&smem.list_empty[buf]);
-    // Every row's result over the split goes to slot t.split (0 without splits).
+    // Every row's result over the split goes to slot t.split (0 without splits); direct: to out
+    // and lse, whose (query, head) indices are slot 0's.
     const int rows = t.nq * group;
     const std::int64_t slot_row = std::int64_t(t.split) * p.attn.total_q + t.q0;
     const auto target = [&](int r) {
@@ -288,7 +289,21 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       const int h = t.kv_head * group + (r - qi * group);
       return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * p.attn.h_q + h};
     };
-    store_tile<Traits>(tma, acc_o, st.m, st.l, smem.q[qb], p.attn.lse_partial, opaque_tid() - 128, target, o_scale);
+    // The prefill's instance may write final rows (p.direct); the decode's (kSkipBlocks) always
+    // writes its split's slot, and the combine applies sinks.
+    constexpr bool kMayBeFinal = !Traits::kSkipBlocks;
+    const bool final_rows = kMayBeFinal && p.direct;
+    float sink[2] = {-INFINITY, -INFINITY};
+    if (final_rows && p.attn.sinks != nullptr) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float s = p.attn.sinks[t.kv_head * group + row[half] % group];
+        if (isfinite(s)) sink[half] = s * kLog2e;  // a non-finite sink is ignored
+      }
+    }
+    store_tile<Traits, true, kMayBeFinal>(tma, final_rows ? tma.out : tma.o_partial, acc_o, st.m, st.l, sink,
+                                          smem.q[qb], final_rows ? p.attn.lse : p.attn.lse_partial,
+                                          opaque_tid() - 128, target, o_scale);
     Barrier64::arrive(&smem.q_empty[qb]);
     ++iter;
   }

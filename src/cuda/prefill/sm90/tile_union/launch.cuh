@@ -31,6 +31,7 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
   MSA_ASSERT(p.q_per_tile == tile_union_queries_per_tile(p.attn.group) && p.batch >= 1 && p.tiles <= INT32_MAX / 2);
   MSA_ASSERT(p.topk != nullptr && (p.tile_list == nullptr) == (p.tile_count == nullptr));
   MSA_ASSERT(p.splits >= 1 && p.splits <= p.attn.slots && (p.splits == 1 || p.tile_list == nullptr));
+  MSA_ASSERT(!p.direct || (!kDecode && p.splits == 1 && p.attn.out != nullptr));  // final rows: the prefill's
   if (p.tiles <= 0) return;
   // The shared-memory attribute, once (thread-safe static initialisation).
   static const bool configured = [] {

@@ -12,8 +12,9 @@ struct TileUnionParams {
   // Every (query, head) row of a tile it runs gets its normalised result over the tile's union
   // (or over split s of it) in slot s of o_partial / lse_partial; the combine (split count 1 for
   // those rows, or `splits` for all rows with null split_counts) applies sinks and writes out /
-  // lse.
+  // lse. With `direct` the rows are final instead: out and lse directly, sink applied.
   AttentionParams attn;
+  bool direct;  // splits == 1 only: write attn's out (PrefillTma::out) / lse with attn.sinks
   const std::int32_t* topk;  // [h_kv, total_q, topk], last dim contiguous
   std::int64_t stride_topk_head;
   std::int64_t stride_topk_token;
