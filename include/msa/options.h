@@ -32,8 +32,9 @@ enum class PrefillPath : std::uint8_t {
   // its share. No host synchronisation, and run() stays capturable. The default. The plan
   // (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1. Where the
   // batch alone bounds every tile's union below that cut (short contexts: k_len <= 4096 at
-  // G = 16, K = 16; one request, or a host batch whose shared tiles stay below it too), every
-  // tile goes to the tile-union kernel as with kTileUnion, and plan() launches nothing.
+  // G = 16, K = 16 for one request; a host batch whose shared tiles stay below it too; a device
+  // batch of B requests where min(B, queries per tile) of them fit), every tile goes to the
+  // tile-union kernel as with kTileUnion, and plan() launches nothing.
   kAuto,
 };
 const char* prefill_path_name(PrefillPath p);

@@ -37,8 +37,11 @@ std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::
 bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                       std::int64_t max_k_len, int topk, int q_per_tile) {
   const std::int64_t cap = std::int64_t(q_per_tile) * topk / 4;
-  if (batch <= 0 || cap <= 0 || (max_k_len + kBlockSize - 1) / kBlockSize > cap) return false;
-  if (cu_seqlens_q == nullptr || k_len == nullptr) return batch == 1;
+  const std::int64_t blocks = (max_k_len + kBlockSize - 1) / kBlockSize;
+  if (batch <= 0 || cap <= 0 || blocks > cap) return false;
+  // Lengths unknown: a tile holds at most min(batch, q_per_tile) requests, each adding at most
+  // `blocks`.
+  if (cu_seqlens_q == nullptr || k_len == nullptr) return std::min<std::int64_t>(batch, q_per_tile) * blocks <= cap;
   // Tiles inside one request are bounded by max_k_len above; the tiles a request shares (its
   // first and last) sum their requests' bounds, in ascending tile order.
   std::int64_t tile = -1, bound = 0;

@@ -59,7 +59,8 @@ struct TileRoute {
 // choosing topk blocks), so that every tile may run on the tile-union kernel unrouted and plan()
 // builds nothing. A tile's union is at most, summed over the requests it holds, the blocks its
 // last query of that request sees (causal, below k_len), and topk per query. With the batch on
-// the device (cu_seqlens_q / k_len null) only one request is bounded that way, by max_k_len.
+// the device (cu_seqlens_q / k_len null) every request a tile may hold (min(batch, q_per_tile))
+// counts ceil(max_k_len / 128) blocks.
 // Under MSA's top-k (every query chooses min(topk, visible) blocks) a tile of one request whose
 // queries see at most that many blocks is routed to the union kernel by the device rule too.
 bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,

@@ -54,10 +54,13 @@ TEST(TileRoute, Threshold) {
 // 8 * 16 / 4 = 32 blocks (4096 tokens).
 TEST(TileRoute, UnionOnlyBatchByHand) {
   using msa::union_only_batch;
-  // The batch on the device: one request, bounded by max_k_len.
+  // The batch on the device: each request a tile may hold counts ceil(max_k_len / 128).
   EXPECT_TRUE(union_only_batch(nullptr, nullptr, 1, 4096, 16, 8));
   EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 4097, 16, 8));
-  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 2, 1000, 16, 8));  // tiles may span requests
+  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 2, 2048, 16, 8));   // 2 * 16
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 2, 2049, 16, 8));  // 2 * 17
+  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 300, 512, 16, 8));  // at most 8 requests * 4
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 300, 513, 16, 8));
   EXPECT_FALSE(union_only_batch(nullptr, nullptr, 0, 0, 16, 8));
   EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 100, 1, 2));  // cap 2 * 1 / 4 = 0 blocks
   // One request of 1000 queries on 4096 tokens: every tile sees at most 32 blocks.

@@ -108,7 +108,7 @@ std::vector<Case> cases() {
   }
   // PrefillPath::kAuto where the batch alone sends every tile to the tile-union kernel
   // (plan() builds nothing; the kernel writes out / lse itself): a host batch whose tiles span
-  // requests, one request planned from device tensors, and no lse.
+  // requests, one and two requests planned from device tensors, and no lse.
   Case only{"short_chunks_union_only", spec_of(64, 4, 16, 128, {{700, 2000}, {300, 300}, {129, 1300}},
                                                 Selection::kRandom, 14)};
   only.path = msa::PrefillPath::kAuto;
@@ -121,6 +121,12 @@ std::vector<Case> cases() {
   one.spec.sinks = true;
   one.union_only = true;
   c.push_back(one);
+  // Two requests from device tensors: each of the (at most two) a tile holds sees <= 16 blocks.
+  Case two{"two_requests_device_union_only", spec_of(64, 4, 16, 128, {{300, 2048}, {77, 1500}}, Selection::kRandom, 17)};
+  two.path = msa::PrefillPath::kAuto;
+  two.spec.sinks = true;
+  two.union_only = true;
+  c.push_back(two);
   Case nolse{"single_union_only_no_lse", spec_of(16, 1, 16, 0, {{900, 3000}}, Selection::kRandom, 16)};
   nolse.path = msa::PrefillPath::kAuto;
   nolse.union_only = true;
