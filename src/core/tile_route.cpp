@@ -1,10 +1,10 @@
 #include "core/tile_route.h"
 
-#include "msa/shapes.h"
-
 #include <algorithm>
 #include <set>
 #include <utility>
+
+#include "msa/shapes.h"  // kBlockSize
 
 namespace msa {
 
