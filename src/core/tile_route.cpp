@@ -45,12 +45,12 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
   // Tiles inside one request are bounded by max_k_len above; the tiles a request shares (its
   // first and last) sum their requests' bounds, in ascending tile order.
   std::int64_t tile = -1, bound = 0;
-  const auto add = [&](std::int64_t t, std::int64_t blocks) {
+  const auto add = [&](std::int64_t t, std::int64_t seen_blocks) {
     if (t != tile) {
       tile = t;
       bound = 0;
     }
-    bound += blocks;
+    bound += seen_blocks;
     return bound <= cap;
   };
   for (std::int64_t b = 0; b < batch; ++b) {

@@ -16,6 +16,7 @@
 #include <ostream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench/workload.h"
@@ -607,29 +608,22 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     const msa::K2qCsr all_union = host_plan(c, in, msa::TileRoute{q_per_tile, every.data()});
     const auto b_count = static_cast<std::int64_t>(c.requests.size());
     const bool host_union_only =
-        in.total_q > 0 && msa::union_only_batch(in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(), b_count,
-                              in.max_k_len, c.topk, q_per_tile);
+        in.total_q > 0 && msa::union_only_batch(in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(),
+                                                b_count, in.max_k_len, c.topk, q_per_tile);
     const bool device_union_only =
         in.total_q > 0 && msa::union_only_batch(nullptr, nullptr, b_count, in.max_k_len + 333, c.topk, q_per_tile);
     union_only_plans += host_union_only + device_union_only;
-    {
-      msa::Options fixed;
-      fixed.backend = msa::Backend::kCuda;
-      fixed.q_per_item = c.q_per_item;
-      fixed.prefill_path = msa::PrefillPath::kTileUnion;
-      msa::SparsePrefill op(shape_of(c), fixed);
-      op.plan(in.batch(), in.topk.view());
-      expect_same_plan(all_union, op.plan_snapshot());
-    }
     const msa::K2qCsr& host = host_union_only ? all_union : routed;
-    {
+    // The fixed paths: every tile on the union kernel (plan() builds nothing), or none.
+    for (const auto& [path, want] : {std::pair{msa::PrefillPath::kTileUnion, all_union},
+                                     std::pair{msa::PrefillPath::kBlockMajor, host_plan(c, in)}}) {
       msa::Options fixed;
       fixed.backend = msa::Backend::kCuda;
       fixed.q_per_item = c.q_per_item;
-      fixed.prefill_path = msa::PrefillPath::kBlockMajor;
+      fixed.prefill_path = path;
       msa::SparsePrefill op(shape_of(c), fixed);
       op.plan(in.batch(), in.topk.view());
-      expect_same_plan(host_plan(c, in), op.plan_snapshot());
+      expect_same_plan(want, op.plan_snapshot());
     }
     msa::Options o;
     o.backend = msa::Backend::kCuda;
