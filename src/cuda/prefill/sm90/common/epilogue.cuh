@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include <cutlass/arch/barrier.h>
+#include <cute/arch/copy_sm90.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
 
@@ -28,25 +29,41 @@ struct RowDest {
 };
 
 // Normalises this thread's O accumulator rows by `inv` (per row half) and writes them as
-// 16-bit pairs into the swizzled [kTileM, d] tile `so` (values i, i + 1 of the C layout are
-// adjacent columns of one row).
+// 16-bit values into the swizzled [kTileM, d] tile `so`, eight columns by eight rows at a time
+// with stmatrix: one STSM.x4 per two 8-column chunks, where element-by-element stores took one
+// STS and its own swizzled address each (docs/performance.md, step 29).
+//
+// The accumulator (WGMMA's C layout, per warpgroup of 64 rows): thread t's value i sits at row
+// 16 * warp + (t % 32) / 4 + 8 * ((i / 2) % 2), column 8 * (i / 4) + 2 * (t % 4) + i % 2. The
+// 8 x 8 matrix of rows 16 * warp + 8 * h .. + 7 and column chunk j is then spread exactly as
+// stmatrix reads a fragment (lane l: row l / 4, columns 2 * (l % 4) and + 1), in the register
+// packing values 4 j + 2 h and 4 j + 2 h + 1. One STSM.x4 stores chunks j, j + 1 at both row
+// halves; lane l names the row of its matrix l / 8: rows 8 * ((l / 8) % 2) + l % 8 of chunk
+// j + l / 16. In the 128-byte swizzle (1024-byte aligned tile, 64 columns per half) the 16-byte
+// chunk c of row r sits at half * kTileM * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16; with j even,
+// ((j % 8) + l / 16) ^ (l % 8) = (j % 8) ^ (l / 16 ^ l % 8), so a lane's address for every j is
+// one base XOR (j % 8) * 16, plus the half's offset.
 template <class Traits, class AccO>
 __device__ __forceinline__ void stage_normalised_o(const AccO& acc_o, const float (&inv)[2],
                                                    typename Traits::Element* so, int ct) {
-  using namespace cute;
   using Element = typename Traits::Element;
-  typename Traits::MmaPV mma;
-  auto thr = mma.get_slice(ct);
-  auto* so_bytes = reinterpret_cast<std::uint8_t*>(so);  // indexed by swizzled_byte: stores stay STS
-  Tensor tOcO = thr.partition_C(make_identity_tensor(Shape<Int<Traits::kTileM>, Int<Traits::kHeadDim>>{}));
+  constexpr int kChunks = Traits::kHeadDim / 8;  // 8-column chunks of a row
+  static_assert(decltype(cute::size(acc_o))::value == 4 * kChunks, "64 x d accumulator: 4 values per chunk and thread");
+  static_assert(Traits::kBoxCols == 64, "16-bit rows of 64 columns per 128-byte swizzle row");
+  const int lane = ct % 32;
+  const int row = (ct / 32) * 16 + 8 * ((lane >> 3) & 1) + (lane & 7);  // ct / 32: warpgroup * 4 + warp
+  const int base = row * 128 + (((lane >> 4) ^ (lane & 7)) << 4);       // bits 4-6: the lane's chunk term
+  auto* so_bytes = reinterpret_cast<std::uint8_t*>(so);
+  const auto pack = [&](int i, int h) {
+    const Element lo = static_cast<Element>(acc_o(i) * inv[h]);
+    const Element hi = static_cast<Element>(acc_o(i + 1) * inv[h]);
+    return std::uint32_t(lo.raw()) | (std::uint32_t(hi.raw()) << 16);
+  };
 #pragma unroll
-  for (int i = 0; i < size(acc_o); i += 2) {
-    const int half = (i >> 1) & 1;
-    const Element lo = static_cast<Element>(acc_o(i) * inv[half]);
-    const Element hi = static_cast<Element>(acc_o(i + 1) * inv[half]);
-    const std::uint32_t packed = std::uint32_t(lo.raw()) | (std::uint32_t(hi.raw()) << 16);
-    const int byte = swizzled_byte<typename Traits::SmemLayoutQ, Element>(get<0>(tOcO(i)), get<1>(tOcO(i)));
-    *reinterpret_cast<std::uint32_t*>(so_bytes + byte) = packed;
+  for (int j = 0; j < kChunks; j += 2) {
+    const int byte = (j / 8) * Traits::kTileM * 128 + (base ^ ((j % 8) << 4));
+    cute::SM90_U32x4_STSM_N::copy(pack(4 * j, 0), pack(4 * j + 2, 1), pack(4 * j + 4, 0), pack(4 * j + 6, 1),
+                                  *reinterpret_cast<cute::uint128_t*>(so_bytes + byte));
   }
 }
 
