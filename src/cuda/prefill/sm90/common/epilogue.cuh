@@ -50,6 +50,11 @@ __device__ __forceinline__ void stage_normalised_o(const AccO& acc_o, const floa
   constexpr int kChunks = Traits::kHeadDim / 8;  // 8-column chunks of a row
   static_assert(decltype(cute::size(acc_o))::value == 4 * kChunks, "64 x d accumulator: 4 values per chunk and thread");
   static_assert(Traits::kBoxCols == 64, "16-bit rows of 64 columns per 128-byte swizzle row");
+  // The formula above, checked against the tile's own layout at row 9, column 16 (chunk 2):
+  // 9 * 128 + ((2 ^ 1) << 4).
+  static_assert(typename Traits::SmemLayoutQ{}.layout_a()(2 * typename Traits::SmemLayoutQ{}.layout_b()(9, 16)) ==
+                    9 * 128 + ((2 ^ 1) << 4),
+                "the Q tile is not the 128-byte swizzle stmatrix addresses assume");
   const int lane = ct % 32;
   const int row = (ct / 32) * 16 + 8 * ((lane >> 3) & 1) + (lane & 7);  // ct / 32: warpgroup * 4 + warp
   const int base = row * 128 + (((lane >> 4) ^ (lane & 7)) << 4);       // bits 4-6: the lane's chunk term
