@@ -22,7 +22,8 @@
 //
 // Per query the selection is the set of ids in [0, rows_b) and a kept id's slot is the number
 // of kept ids below it: a warp holds 32 / K' queries (K' = next power of two >= topk), one id
-// per lane, and both facts come from K' segment shuffles.
+// per lane; one warp match says which ids are kept (first in their row), and K' segment
+// shuffles give the slots, which only the scatter needs.
 #pragma once
 
 #include <climits>
@@ -157,7 +158,7 @@ __device__ __forceinline__ Unit locate_unit(const BuildParams& p, int u) {
 struct PassLane {
   int q;          // packed query of this lane's segment
   int id;         // the raw id (meaningful when keep)
-  int slot;       // rank of id among the query's kept ids (meaningful when keep)
+  int slot;       // rank of id among the query's kept ids (meaningful when keep; scatter only)
   int count;      // kept ids of the query (same in every lane of the segment)
   bool keep;      // in-range id, first occurrence in its row
   bool seg_head;  // slot lane 0 of a real query: writes split_counts
@@ -182,35 +183,35 @@ __device__ __forceinline__ int load_pass_id(const BuildParams& p, const std::int
 
 // One query's row of top-k ids spread over a segment of kp lanes (kp a power of two, lane s of
 // the segment holding slot s): whether this lane's id is kept (valid, and no lower slot of the
-// segment holds it), its rank among the kept ids of the query, and how many the query keeps.
-// Warp-collective: every lane of the warp calls it with the same kp.
+// segment holds it), how many the query keeps, and (kSlot) its rank among the kept ids of the
+// query. Warp-collective: every lane of the warp calls it with the same kp.
 struct SegmentRank {
-  int slot;
+  int slot;  // kSlot only, else 0
   int count;
   bool keep;
 };
 
+template <bool kSlot = true>
 __device__ __forceinline__ SegmentRank rank_in_segment(bool valid, int id, int kp, int log_kp, int lane) {
   const int seg = lane >> log_kp;
-  const int s = lane & (kp - 1);
-  const int key = valid ? id : INT_MAX;
-  bool dup = false;
-  for (int j = 0; j < kp; ++j) {
-    const int other = __shfl_sync(kFullMask, key, j, kp);
-    dup |= (j < s) && (other == key);
-  }
+  // One match finds the lanes of this segment holding the same id: valid ids (< 2^24, as
+  // blocks of an int32 k_len) carry their segment (< 32) above them; an invalid lane's value
+  // is negative and its own.
+  const unsigned peers = __match_any_sync(kFullMask, valid ? (seg << 24) | id : -1 - lane);
   SegmentRank r;
-  r.keep = valid && !dup;
-  // Slot: kept ids of the segment below this one (kept ids are distinct).
-  const int kept_key = r.keep ? id : INT_MAX;
+  r.keep = valid && (peers & ((1u << lane) - 1u)) == 0u;
   int slot = 0;
-  for (int j = 0; j < kp; ++j) slot += __shfl_sync(kFullMask, kept_key, j, kp) < kept_key ? 1 : 0;
+  if constexpr (kSlot) {  // kept ids of the segment below this one (kept ids are distinct)
+    const int kept_key = r.keep ? id : INT_MAX;
+    for (int j = 0; j < kp; ++j) slot += __shfl_sync(kFullMask, kept_key, j, kp) < kept_key ? 1 : 0;
+  }
   r.slot = slot;
   const unsigned seg_mask = kp == 32 ? kFullMask : ((1u << kp) - 1u) << (seg << log_kp);
   r.count = __popc(__ballot_sync(kFullMask, r.keep) & seg_mask);
   return r;
 }
 
+template <bool kSlot>
 __device__ __forceinline__ PassLane analyse_pass(const BuildParams& p, int id, int q0, int q_end, int blocks,
                                                  int lane) {
   const int seg = lane >> p.log_topk_pow2;
@@ -219,7 +220,7 @@ __device__ __forceinline__ PassLane analyse_pass(const BuildParams& p, int id, i
   e.q = q0 + seg;
   e.id = id;
   const bool valid = e.q < q_end && s < p.topk && id >= 0 && id < blocks;
-  const SegmentRank r = rank_in_segment(valid, id, p.topk_pow2, p.log_topk_pow2, lane);
+  const SegmentRank r = rank_in_segment<kSlot>(valid, id, p.topk_pow2, p.log_topk_pow2, lane);
   e.keep = r.keep;
   e.slot = r.slot;
   e.count = r.count;
@@ -252,7 +253,7 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_count_kernel(const Bui
     for (int k = 0; k < kPassBatch; ++k) {
       const int q0 = q_batch + k * q_per_pass;
       if (q0 >= unit.q_end) break;  // warp-uniform
-      const PassLane e = analyse_pass(p, ids[k], q0, unit.q_end, unit.blocks, lane);
+      const PassLane e = analyse_pass<false>(p, ids[k], q0, unit.q_end, unit.blocks, lane);  // no slot needed
       if (e.keep) atomicAdd(&s_hist[e.id], 1);
       if (e.seg_head) p.split_counts[static_cast<std::int64_t>(e.q) * p.h_kv + h] = routed_row(p, h, e.q) ? 1 : e.count;
     }
@@ -394,7 +395,7 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_scatter_kernel(const B
     for (int k = 0; k < kPassBatch; ++k) {
       const int q0 = q_batch + k * q_per_pass;
       if (q0 >= unit.q_end) break;  // warp-uniform
-      const PassLane e = analyse_pass(p, ids[k], q0, unit.q_end, unit.blocks, lane);
+      const PassLane e = analyse_pass<true>(p, ids[k], q0, unit.q_end, unit.blocks, lane);
       // Lanes of this pass that hit the same block take consecutive places in lane order, which
       // is query order; a lane that keeps nothing matches only itself.
       const unsigned peers = __match_any_sync(kFullMask, e.keep ? e.id : -1 - lane);

@@ -24,13 +24,18 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxEntries = kTileUnionMaxQueries * kTileUnionMaxTopk;  // q_per_tile * topk
+constexpr int kMaxTable = 2 * kMaxEntries;                             // key table slots, at most half used
 
 // Warp per tile: entry e = (tile query e / topk, slot e % topk) gets its union key
-// (plan/tile_keys.cuh, the same keys the tile-union kernel's builders compute). An entry counts
-// towards the union when no earlier entry of the tile holds its key, and as an edge when no
-// earlier entry of its own row does; scanning downwards, the first equal key settles both.
+// (plan/tile_keys.cuh, the same keys the tile-union kernel's builders compute). A key counts
+// once towards the union: every entry offers it to an open-addressing table in shared memory
+// (atomicCAS), and the one offer that finds a free slot counts it, in any order. An entry counts
+// as an edge when no earlier entry of its own row holds its key (at most topk - 1 compares).
+// A first-occurrence search over the whole tile took O(entries) per entry, most of the
+// planner's routing time (docs/performance.md, step 30).
 __global__ void __launch_bounds__(kWarps * 32) tile_route_kernel(const TileRouteParams p) {
   __shared__ std::int32_t key[kWarps][kMaxEntries];
+  __shared__ std::int32_t table[kWarps][kMaxTable];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const std::int64_t per_head = tiles_per_head(p.total_q, p.q_per_tile);
   const std::int64_t tiles = per_head * p.h_kv;
@@ -40,35 +45,42 @@ __global__ void __launch_bounds__(kWarps * 32) tile_route_kernel(const TileRoute
     const std::int64_t q0 = (tile - h * per_head) * p.q_per_tile;
     const int nq = static_cast<int>(min(std::int64_t(p.q_per_tile), p.total_q - q0));
     const int n = nq * p.topk;
+    const int bits = 32 - __clz(2 * n - 1);  // a table of 2^bits >= 2 n slots (<= kMaxTable)
+    const unsigned slots = 1u << bits;
+    for (unsigned i = lane; i < slots; i += 32) table[warp][i] = union_key::kNone;
+    __syncwarp();
     const int b0 = request_of_query(p.cu_seqlens_q, p.batch, q0, 0);  // the tile's first request
+    unsigned unions = 0, edges = 0;                                   // this lane's counts
     for (int e = lane; e < n; e += 32) {
       const int i = e / p.topk;
       const std::int64_t q = q0 + i;
       const TileQuery tq = locate_tile_query(p.cu_seqlens_q, p.k_len, p.batch, q0, q, b0);
       const std::int32_t id = p.ids[h * p.stride_topk_head + q * p.stride_topk_token + (e - i * p.topk)];
-      key[warp][e] = union_key::of_id(tq.segment, id, tq.blocks);
+      const std::int32_t k = union_key::of_id(tq.segment, id, tq.blocks);
+      key[warp][e] = k;
+      if (k == union_key::kNone) continue;
+      unsigned slot = (static_cast<std::uint32_t>(k) * 2654435761u) >> (32 - bits);
+      for (;;) {  // at most n < slots keys: a free slot or this key is always found
+        const std::int32_t held = atomicCAS(&table[warp][slot], union_key::kNone, k);
+        if (held == union_key::kNone) ++unions;
+        if (held == union_key::kNone || held == k) break;
+        slot = (slot + 1) & (slots - 1);
+      }
     }
-    __syncwarp();
-    unsigned unions = 0, edges = 0;  // this lane's counts
+    __syncwarp();  // every key written
     for (int e = lane; e < n; e += 32) {
       const int k = key[warp][e];
       if (k == union_key::kNone) continue;
-      const int row0 = e - e % p.topk;  // this query's first entry
-      int found = -1;
-      for (int j = e - 1; j >= 0; --j)
-        if (key[warp][j] == k) {
-          found = j;
-          break;
-        }
-      unions += found < 0;
-      edges += found < row0;
+      bool first = true;
+      for (int j = e - e % p.topk; j < e; ++j) first &= key[warp][j] != k;
+      edges += first;
     }
     for (int off = 16; off > 0; off >>= 1) {
       unions += __shfl_xor_sync(0xffffffffu, unions, off);
       edges += __shfl_xor_sync(0xffffffffu, edges, off);
     }
     if (lane == 0) p.union_tile[tile] = union_path_wins(unions, edges) ? 1 : 0;
-    __syncwarp();  // the next tile overwrites key
+    __syncwarp();  // the next tile overwrites key and table
   }
 }
 
