@@ -28,8 +28,9 @@ constexpr int kMinQPerUnit = 64;
 // count/scatter warps than this and their histograms stay within kUnitCountsBudget (or the size
 // they had). Measured on the H100 (docs/performance.md step 20): a 171-token chunk on a 128k
 // prefix had 3 units per head, whose warps each walked 64 passes in series, and the count and
-// scatter kernels took 64 and 81 us of a 214 us plan.
-constexpr std::int64_t kUnitWarpsWanted = 1024;
+// scatter kernels took 64 and 81 us of a 214 us plan. 2048 warps rather than 1024 (step 30):
+// plan 0.069 -> 0.063 ms at S = 8k, 0.103 -> 0.087 at 16k, the same at 32k (already 2052).
+constexpr std::int64_t kUnitWarpsWanted = 2048;
 constexpr std::int64_t kUnitCountsBudget = std::int64_t{16} << 20;  // bytes
 constexpr std::size_t kUnitSmemMax = 227 * 1024;  // sm_90 opt-in limit per CTA
 constexpr std::int64_t kInt32Max = INT_MAX;
