@@ -60,4 +60,19 @@ __device__ __forceinline__ TileQuery locate_tile_query(const std::int32_t* cu_se
   return t;
 }
 
+// Offers `key` (not union_key::kNone) to an open-addressing table of 2^bits slots in shared
+// memory, free slots holding union_key::kNone, with fewer keys than slots: the key's slot (the
+// one it already held, or a free one it now takes), and `fresh` true for the one offer of a key
+// that took it. Any number of threads may offer at once. Shared by the routing (which counts
+// fresh keys) and the tile-union builders (which keep each key's first entry in its slot).
+__device__ __forceinline__ unsigned offer_union_key(std::int32_t* table, int bits, std::int32_t key, bool& fresh) {
+  unsigned slot = (static_cast<std::uint32_t>(key) * 2654435761u) >> (32 - bits);
+  for (;;) {  // fewer keys than slots: a free slot or this key is always found
+    const std::int32_t held = atomicCAS(&table[slot], union_key::kNone, key);
+    fresh = held == union_key::kNone;
+    if (fresh || held == key) return slot;
+    slot = (slot + 1) & ((1u << bits) - 1u);
+  }
+}
+
 }  // namespace msa::cuda

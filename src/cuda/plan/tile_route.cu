@@ -59,13 +59,9 @@ __global__ void __launch_bounds__(kWarps * 32) tile_route_kernel(const TileRoute
       const std::int32_t k = union_key::of_id(tq.segment, id, tq.blocks);
       key[warp][e] = k;
       if (k == union_key::kNone) continue;
-      unsigned slot = (static_cast<std::uint32_t>(k) * 2654435761u) >> (32 - bits);
-      for (;;) {  // at most n < slots keys: a free slot or this key is always found
-        const std::int32_t held = atomicCAS(&table[warp][slot], union_key::kNone, k);
-        if (held == union_key::kNone) ++unions;
-        if (held == union_key::kNone || held == k) break;
-        slot = (slot + 1) & (slots - 1);
-      }
+      bool fresh;
+      offer_union_key(table[warp], bits, k, fresh);  // at most n < slots keys
+      unions += fresh;
     }
     __syncwarp();  // every key written
     for (int e = lane; e < n; e += 32) {

@@ -105,13 +105,9 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
   for (int e = bt; e < n; e += kBuilderThreads) {
     const std::int32_t key = smem.key[e];
     if (key == union_key::kNone) continue;
-    unsigned slot = (static_cast<std::uint32_t>(key) * 2654435761u) >> 22;  // 10 bits: kKeyTableSize
     static_assert(kKeyTableSize == 1 << 10);
-    for (;;) {  // at most n < kKeyTableSize keys: a free slot or this key is always found
-      const std::int32_t held = atomicCAS(&smem.table_key[slot], union_key::kNone, key);
-      if (held == union_key::kNone || held == key) break;
-      slot = (slot + 1) & (kKeyTableSize - 1);
-    }
+    bool fresh;
+    const unsigned slot = offer_union_key(smem.table_key, 10, key, fresh);  // at most n < kKeyTableSize keys
     atomicMin(&smem.table_first[slot], e);
     smem.rank[e] = static_cast<std::int32_t>(slot);
   }
