@@ -27,14 +27,15 @@ enum class PrefillPath : std::uint8_t {
   // share most of their blocks. plan() launches nothing (it stages host inputs only).
   kTileUnion,
   // Decided per query tile by plan(), on the device: a tile (the queries of one tile-union M
-  // tile, one KV head) whose union of blocks is at most a quarter of its queries' edges goes to
-  // the tile-union kernel, the rest to the block-major kernel; run() launches both, each on
-  // its share. No host synchronisation, and run() stays capturable. The default. The plan
-  // (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1. Where the
-  // batch alone bounds every tile's union below that cut (short contexts: k_len <= 4096 at
-  // G = 16, K = 16 for one request; a host batch whose shared tiles stay below it too; a device
-  // batch of B requests where min(B, queries per tile) of them fit), every tile goes to the
-  // tile-union kernel as with kTileUnion, and plan() launches nothing.
+  // tile, one KV head) goes to the tile-union kernel when a cost model measured per GQA group
+  // says it costs no more there (its union of blocks at most 0.31 of its queries' edges at
+  // G = 16, 0.16 at G = 8, 0.08 at G = 4), the rest to the block-major kernel; run() launches
+  // both, each on its share. No host synchronisation, and run() stays capturable. The default.
+  // The plan (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1.
+  // Where the model, given the batch alone (each tile's union at its bound), finds every tile
+  // cheaper on the tile-union kernel than the routed call with its fixed cost (short contexts:
+  // one request up to 6912 tokens at G = 16, K = 16), every tile goes there as with
+  // kTileUnion, and plan() launches nothing.
   kAuto,
 };
 const char* prefill_path_name(PrefillPath p);

@@ -1,6 +1,7 @@
 #include "core/tile_route.h"
 
 #include <algorithm>
+#include <climits>
 #include <set>
 #include <utility>
 
@@ -9,8 +10,8 @@
 namespace msa {
 
 std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
-                                           const std::int32_t* k_len, int batch, int h_kv, std::int64_t total_q,
-                                           int topk_width, int q_per_tile) {
+                                           const std::int32_t* k_len, int batch, int h_kv, int group,
+                                           std::int64_t total_q, int topk_width, int q_per_tile) {
   const std::int64_t per_head = tiles_per_head(total_q, q_per_tile);
   std::vector<std::uint8_t> route(static_cast<std::size_t>(per_head * h_kv), 0);
   for (std::int64_t tile = 0; tile < per_head * h_kv; ++tile) {
@@ -29,45 +30,70 @@ std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::
       edges += row.size();
       for (std::int32_t id : row) blocks_of_tile.insert({b, id});
     }
-    route[tile] = union_path_wins(blocks_of_tile.size(), edges) ? 1 : 0;
+    route[tile] = union_path_wins(blocks_of_tile.size(), edges, group) ? 1 : 0;
   }
   return route;
 }
 
+namespace {
+
+// Edges of the queries at positions 0..x-1 of one request under MSA's top-k: position p sees
+// p / 128 + 1 blocks and chooses min(topk, that) of them.
+std::int64_t edges_below(std::int64_t x, int topk) {
+  if (x <= 0) return 0;
+  const std::int64_t full = x / kBlockSize, rem = x % kBlockSize, k = topk;
+  const std::int64_t per_block = full <= k ? full * (full + 1) / 2 : k * (k + 1) / 2 + (full - k) * k;
+  return per_block * kBlockSize + rem * std::min(k, full + 1);
+}
+
+}  // namespace
+
 bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
-                      std::int64_t max_k_len, int topk, int q_per_tile) {
-  const std::int64_t cap = std::int64_t(q_per_tile) * topk / 4;
-  const std::int64_t blocks = (max_k_len + kBlockSize - 1) / kBlockSize;
-  if (batch <= 0 || cap <= 0 || blocks > cap) return false;
-  // Lengths unknown: a tile holds at most min(batch, q_per_tile) requests, each adding at most
-  // `blocks`.
-  if (cu_seqlens_q == nullptr || k_len == nullptr) return std::min<std::int64_t>(batch, q_per_tile) * blocks <= cap;
-  // Tiles inside one request are bounded by max_k_len above; the tiles a request shares (its
-  // first and last) sum their requests' bounds, in ascending tile order.
-  std::int64_t tile = -1, bound = 0;
-  const auto add = [&](std::int64_t t, std::int64_t seen_blocks) {
-    if (t != tile) {
-      tile = t;
-      bound = 0;
-    }
-    bound += seen_blocks;
-    return bound <= cap;
+                      std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk, int q_per_tile) {
+  if (batch <= 0 || total_q <= 0 || h_kv <= 0 || group <= 0 || topk <= 0 || q_per_tile <= 0) return false;
+  const std::uint64_t budget = kRoutedCallCost / static_cast<std::uint64_t>(h_kv);  // per KV head
+  const auto extra = [group](std::uint64_t unions, std::uint64_t edges) -> std::uint64_t {
+    const std::uint64_t u = union_path_cost(unions), b = block_major_path_cost(edges, group);
+    return u > b ? u - b : 0;
   };
+  if (cu_seqlens_q == nullptr || k_len == nullptr) {
+    if (batch == 1 && total_q <= INT32_MAX && max_k_len <= INT32_MAX) {  // one request at the bound
+      const std::int32_t cu[2] = {0, static_cast<std::int32_t>(total_q)};
+      const auto kl = static_cast<std::int32_t>(std::max<std::int64_t>(max_k_len, 0));
+      return union_only_batch(cu, &kl, 1, total_q, max_k_len, h_kv, group, topk, q_per_tile);
+    }
+    // Every tile full, each of its requests at max_k_len.
+    const std::int64_t blocks = (std::max<std::int64_t>(max_k_len, 0) + kBlockSize - 1) / kBlockSize;
+    const std::int64_t unions = std::min(std::min<std::int64_t>(batch, q_per_tile) * blocks,
+                                         std::int64_t(q_per_tile) * topk);
+    const std::int64_t edges = std::int64_t(q_per_tile) * std::min<std::int64_t>(topk, blocks);
+    const std::uint64_t per_tile = extra(static_cast<std::uint64_t>(unions), static_cast<std::uint64_t>(edges));
+    return per_tile == 0 || per_tile * static_cast<std::uint64_t>(tiles_per_head(total_q, q_per_tile)) <= budget;
+  }
+  // The tiles in ascending order; a tile may hold the end of one request and the start of the next.
+  std::uint64_t excess = 0, unions = 0, edges = 0;
+  std::int64_t tile = -1;
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t q0 = cu_seqlens_q[b], q1 = cu_seqlens_q[b + 1];
+    const std::int64_t q0 = cu_seqlens_q[b], q_len = cu_seqlens_q[b + 1] - q0;
+    const std::int64_t q1 = std::min<std::int64_t>(cu_seqlens_q[b + 1], total_q);
     if (q1 <= q0) continue;
     const std::int64_t kl = std::max<std::int32_t>(k_len[b], 0);
-    for (const std::int64_t t : {q0 / q_per_tile, (q1 - 1) / q_per_tile}) {
+    const std::int64_t kl_blocks = (kl + kBlockSize - 1) / kBlockSize;
+    for (std::int64_t t = q0 / q_per_tile; t <= (q1 - 1) / q_per_tile; ++t) {
+      if (t != tile) {
+        excess += extra(unions, edges);
+        if (excess > budget) return false;
+        tile = t;
+        unions = edges = 0;
+      }
       const std::int64_t first = std::max(q0, t * q_per_tile), last = std::min(q1, (t + 1) * q_per_tile) - 1;
-      // Visible blocks of the request's last query in the tile: position kl - q_len + local.
-      const std::int64_t pos = kl - (q1 - q0) + (last - q0);
-      const std::int64_t seen = std::clamp<std::int64_t>((std::min(pos + 1, kl) + kBlockSize - 1) / kBlockSize, 0,
-                                                         (kl + kBlockSize - 1) / kBlockSize);
-      if (!add(t, std::min(seen, (last - first + 1) * topk))) return false;
-      if (q0 / q_per_tile == (q1 - 1) / q_per_tile) break;  // one tile: counted once
+      const std::int64_t p_first = kl - q_len + (first - q0), p_last = kl - q_len + (last - q0);
+      const std::int64_t seen = p_last < 0 ? 0 : std::min(p_last / kBlockSize + 1, kl_blocks);
+      unions += static_cast<std::uint64_t>(std::min(seen, (last - first + 1) * topk));
+      edges += static_cast<std::uint64_t>(edges_below(p_last + 1, topk) - edges_below(p_first, topk));
     }
   }
-  return true;
+  return excess + extra(unions, edges) <= budget;
 }
 
 }  // namespace msa

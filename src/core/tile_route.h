@@ -33,14 +33,37 @@ MSA_HOST_DEVICE Int tile_of_rank(Int r, Int per_head, int h_kv) {
   return h * per_head + (per_head - 1 - r / h_kv);
 }
 
-// The tile-union path loads and multiplies every union block for a whole 128-row tile; the
-// block-major path pays per edge for the Q gather and the partial O written and read back.
-// Measured per call (docs/performance.md, step 8) the union path wins while the union is well
-// below a third of the edges (tile-shared: 1/8, 2.1x faster); at clustered(0.25), just under a
-// third, it is 14% slower, at random 32k (about 0.85) 2x slower. The cut is a quarter.
-MSA_HOST_DEVICE constexpr bool union_path_wins(std::uint64_t union_blocks, std::uint64_t edges) {
-  return 4 * union_blocks <= edges;
+// The routing's cost model, measured per GQA group G (docs/performance.md, step 31: the three
+// paths at G = 1..16, S = 2k-24k, h_q 64, D 128, bf16, H100). The tile-union kernel costs about
+// one step per union block of a tile, a 128-key block for its whole 128-row M tile, whatever
+// share of those rows the tile's queries fill (q_per_tile * G): 14.5 ns of the whole GPU at
+// G >= 4, 16 at G = 2, 18 at G = 1. The block-major path (its kernel and the combine) costs per
+// 128 rows of edges (G rows per edge): 36.5 ns at G >= 8, 38.5 at G = 4, 45.5 at G = 2 and 85
+// at G = 1, where every query is one TMA copy of 256 bytes in and one out. Fitted on the two
+// fixed paths, the model predicts their times and the automatic one's within 3-10%.
+// Costs in eighths of a union block step:
+inline constexpr std::uint64_t kUnionBlockCost = 8;
+MSA_HOST_DEVICE constexpr std::uint64_t block_major_rows_cost(int group) {  // per 128 rows of edges
+  return group >= 8 ? 20 : group >= 4 ? 21 : group >= 2 ? 22 : 37;
 }
+// A tile's cost on each path: union_blocks steps on the union kernel; edges * G rows on the
+// block-major one (128 rows a step).
+MSA_HOST_DEVICE constexpr std::uint64_t union_path_cost(std::uint64_t union_blocks) {
+  return union_blocks * kUnionBlockCost * 128;
+}
+MSA_HOST_DEVICE constexpr std::uint64_t block_major_path_cost(std::uint64_t edges, int group) {
+  return edges * static_cast<std::uint64_t>(group) * block_major_rows_cost(group);
+}
+// The per-tile rule: the union kernel takes the tile when it costs no more there. At G = 16 the
+// cut is a union of 0.31 of the edges (tile-shared selections: 1/8; random at 32k: about 0.85),
+// at G = 8 0.16, at G = 4 0.08, at G = 1 0.036.
+MSA_HOST_DEVICE constexpr bool union_path_wins(std::uint64_t union_blocks, std::uint64_t edges, int group) {
+  return union_path_cost(union_blocks) <= block_major_path_cost(edges, group);
+}
+// What a routed call costs beyond its kernels' work, in the same units: the plan's launches,
+// the block-major kernel's and the combine's launches and tails, about 0.1 ms in all at S =
+// 5k-8k (step 31), some 6900 union block steps.
+inline constexpr std::uint64_t kRoutedCallCost = 6900 * kUnionBlockCost * 128;
 
 // A routing of the tiles of one problem: union_tile[tile] != 0 sends the tile's (query, KV
 // head) rows to the tile-union kernel; the k2q plan then holds none of their edges and gives
@@ -54,22 +77,25 @@ struct TileRoute {
   }
 };
 
-// PrefillPath::kAuto without a device plan: true when the batch alone bounds every tile's union
-// by a full tile's break-even, q_per_tile * topk / 4 blocks (union_path_wins with every query
-// choosing topk blocks), so that every tile may run on the tile-union kernel unrouted and plan()
-// builds nothing. A tile's union is at most, summed over the requests it holds, the blocks its
-// last query of that request sees (causal, below k_len), and topk per query. With the batch on
-// the device (cu_seqlens_q / k_len null) every request a tile may hold (min(batch, q_per_tile))
-// counts ceil(max_k_len / 128) blocks.
-// Under MSA's top-k (every query chooses min(topk, visible) blocks) a tile of one request whose
-// queries see at most that many blocks is routed to the union kernel by the device rule too.
+// PrefillPath::kAuto without a device plan: true when every tile on the tile-union kernel is
+// estimated to cost no more than the routed call, its fixed cost (kRoutedCallCost) included;
+// plan() then builds nothing. The estimate takes each tile's union at its bound (summed over
+// the requests the tile holds: the blocks the tile's last query of that request sees, causal
+// and below k_len, and topk per query) and its edges as MSA's top-k makes them (each query
+// chooses min(topk, visible) blocks), and adds, over the tiles and KV heads, what the union
+// kernel costs beyond the per-tile rule's choice; a tile whose bound the rule sends to the union
+// kernel adds nothing. The sum stops once it passes the fixed cost, so long contexts decide
+// after a few tiles. With the batch on the device (cu_seqlens_q / k_len null) one request is
+// taken at max_k_len with all total_q queries; more requests are each taken at max_k_len in
+// every tile, min(batch, q_per_tile) of them a tile.
 bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
-                      std::int64_t max_k_len, int topk, int q_per_tile);
+                      std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk, int q_per_tile);
 
 // The routing rule (union_path_wins per tile) on the host. topk [h_kv, total_q, topk]
-// contiguous; cu_seqlens_q [batch + 1]; k_len [batch]. Returns [h_kv * tiles_per_head] flags.
+// contiguous; cu_seqlens_q [batch + 1]; k_len [batch]; group = h_q / h_kv. Returns
+// [h_kv * tiles_per_head] flags.
 std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
-                                           const std::int32_t* k_len, int batch, int h_kv, std::int64_t total_q,
-                                           int topk_width, int q_per_tile);
+                                           const std::int32_t* k_len, int batch, int h_kv, int group,
+                                           std::int64_t total_q, int topk_width, int q_per_tile);
 
 }  // namespace msa

@@ -1,6 +1,6 @@
 // The CPU twin of the planner's PrefillPath::kAuto routing on hand-computed batches (a tile
-// spanning two requests, duplicates, -1, negative and out-of-range ids), the rule's cut, and
-// the host k2q builder with a routing: routed rows have no edge and split count 1.
+// spanning two requests, duplicates, -1, negative and out-of-range ids), the rule's cut per G,
+// the plan-free estimate, and the host k2q builder with a routing: routed rows have no edge and split count 1.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -22,68 +22,103 @@ TEST(TileRoute, RoutesByUnionAgainstEdgesByHand) {
       0, 1, 1,   // q3 (request 1): {0, 1} -> 2
       1, -7, 0,  // q4 (request 1): {0, 1} -> 2
   };
-  // Tiles of 4 queries: {q0..q3}: union {(0,0), (0,1), (0,2), (1,0), (1,1)} = 5 > 8 / 4:
-  // block-major; {q4}: union 2 > 2 / 4: block-major.
-  EXPECT_EQ(msa::route_tiles_host(topk.data(), cu.data(), k_len.data(), 2, 1, 5, 3, 4),
+  // G = 16: the union kernel takes a tile whose union is at most 0.3125 of its edges
+  // (union_path_wins). Tiles of 4 queries: {q0..q3}: union {(0,0), (0,1), (0,2), (1,0), (1,1)}
+  // = 5 > 8 * 0.3125: block-major; {q4}: union 2 > 2 * 0.3125: block-major.
+  EXPECT_EQ(msa::route_tiles_host(topk.data(), cu.data(), k_len.data(), 2, 1, 16, 5, 3, 4),
             (std::vector<std::uint8_t>{0, 0}));
   // The same queries choosing alike: q0..q2 all {0, 1, 2}, q3 and q4 {0, 1}: tile 0 has
   // union 5 (requests differ) over 3 * 3 + 2 = 11 edges: still block-major; tiles of 2:
   // {q0, q1} union 3 over 6 edges: block-major; with 12 queries of one request it routes.
   const std::vector<std::int32_t> alike = {0, 1, 2, 2, 1, 0, 0, 2, 1, 0, 1, -1, 1, 0, -1};
-  EXPECT_EQ(msa::route_tiles_host(alike.data(), cu.data(), k_len.data(), 2, 1, 5, 3, 4),
+  EXPECT_EQ(msa::route_tiles_host(alike.data(), cu.data(), k_len.data(), 2, 1, 16, 5, 3, 4),
             (std::vector<std::uint8_t>{0, 0}));
   const std::vector<std::int32_t> cu12 = {0, 12}, k_len12 = {300};
   std::vector<std::int32_t> shared;
   for (int q = 0; q < 12; ++q) shared.insert(shared.end(), {2, 0, 1});
-  // Tiles of 4: union 3 over 12 edges (a quarter: routed); tiles of 2: 3 over 6 (not).
-  EXPECT_EQ(msa::route_tiles_host(shared.data(), cu12.data(), k_len12.data(), 1, 1, 12, 3, 4),
+  // Tiles of 4: union 3 over 12 edges (3.75 allowed at G = 16: routed; 1.875 at G = 8 and
+  // 0.43 at G = 1: not); tiles of 2: 3 over 6 (not).
+  EXPECT_EQ(msa::route_tiles_host(shared.data(), cu12.data(), k_len12.data(), 1, 1, 16, 12, 3, 4),
             (std::vector<std::uint8_t>{1, 1, 1}));
-  EXPECT_EQ(msa::route_tiles_host(shared.data(), cu12.data(), k_len12.data(), 1, 1, 12, 3, 2),
+  EXPECT_EQ(msa::route_tiles_host(shared.data(), cu12.data(), k_len12.data(), 1, 1, 8, 12, 3, 4),
+            (std::vector<std::uint8_t>{0, 0, 0}));
+  EXPECT_EQ(msa::route_tiles_host(shared.data(), cu12.data(), k_len12.data(), 1, 1, 1, 12, 3, 4),
+            (std::vector<std::uint8_t>{0, 0, 0}));
+  EXPECT_EQ(msa::route_tiles_host(shared.data(), cu12.data(), k_len12.data(), 1, 1, 16, 12, 3, 2),
             (std::vector<std::uint8_t>(6, 0)));
 }
 
+// The cut per G: union * 8 * 128 <= edges * G * block_major_rows_cost(G), at 128 edges.
 TEST(TileRoute, Threshold) {
-  EXPECT_TRUE(msa::union_path_wins(16, 128));  // tile-shared: one union for 8 queries x 16 blocks
-  EXPECT_TRUE(msa::union_path_wins(1, 4));
-  EXPECT_FALSE(msa::union_path_wins(2, 7));
-  EXPECT_FALSE(msa::union_path_wins(110, 128));  // random selections at 32k
-  EXPECT_TRUE(msa::union_path_wins(0, 0));       // nothing selected: either path writes zeros
+  using msa::union_path_wins;
+  EXPECT_TRUE(union_path_wins(16, 128, 16));  // tile-shared: one union for 8 queries x 16 blocks
+  EXPECT_TRUE(union_path_wins(40, 128, 16));  // 40 * 1024 = 128 * 16 * 20
+  EXPECT_FALSE(union_path_wins(41, 128, 16));
+  EXPECT_FALSE(union_path_wins(110, 128, 16));  // random selections at 32k
+  EXPECT_TRUE(union_path_wins(20, 128, 8));     // 128 * 8 * 20 = 20 * 1024
+  EXPECT_FALSE(union_path_wins(21, 128, 8));
+  EXPECT_TRUE(union_path_wins(10, 128, 4));  // 128 * 4 * 21 = 10.5 * 1024
+  EXPECT_FALSE(union_path_wins(11, 128, 4));
+  EXPECT_TRUE(union_path_wins(5, 128, 3));  // G = 2, 3 cost 22: 5.5 * 1024 at G = 2, 8.25 at 3
+  EXPECT_TRUE(union_path_wins(8, 128, 3));
+  EXPECT_FALSE(union_path_wins(9, 128, 3));
+  EXPECT_TRUE(union_path_wins(4, 128, 1));  // 128 * 37 = 4.6 * 1024
+  EXPECT_FALSE(union_path_wins(5, 128, 1));
+  for (const int g : {1, 2, 4, 8, 16}) EXPECT_TRUE(union_path_wins(0, 0, g));  // nothing selected
+  // The cut falls with G: the union kernel's step serves q_per_tile * G rows, a block-major
+  // step 128 rows of edges.
+  for (int g = 2; g <= 16; ++g)
+    EXPECT_GE(msa::block_major_path_cost(1, g), msa::block_major_path_cost(1, g - 1)) << "G " << g;
 }
 
-// union_only_batch by hand: tiles of 8 queries, topk 16, so a tile's union may reach
-// 8 * 16 / 4 = 32 blocks (4096 tokens).
+// union_only_batch by hand at G = 16 (h_kv 4, topk 16, tiles of 8 queries): a tile adds
+// union * 1024 - edges * 320 where that is positive; the call plans once the sum over the
+// tiles, times the 4 heads, passes 6900 * 1024 (kRoutedCallCost).
 TEST(TileRoute, UnionOnlyBatchByHand) {
   using msa::union_only_batch;
-  // The batch on the device: each request a tile may hold counts ceil(max_k_len / 128).
-  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 1, 4096, 16, 8));
-  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 4097, 16, 8));
-  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 2, 2048, 16, 8));   // 2 * 16
-  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 2, 2049, 16, 8));  // 2 * 17
-  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 300, 512, 16, 8));  // at most 8 requests * 4
-  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 300, 513, 16, 8));
-  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 0, 0, 16, 8));
-  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 100, 1, 2));  // cap 2 * 1 / 4 = 0 blocks
-  // One request of 1000 queries on 4096 tokens: every tile sees at most 32 blocks.
-  const std::vector<std::int32_t> cu1 = {0, 1000}, k1 = {4096};
-  EXPECT_TRUE(union_only_batch(cu1.data(), k1.data(), 1, 4096, 16, 8));
-  // Two requests share tile 0 (queries 0-4 and 5-7): 32 + 32 blocks on 4096-token requests.
-  const std::vector<std::int32_t> cu2 = {0, 5, 13};
-  const std::vector<std::int32_t> k_long = {4096, 4096}, k_short = {2048, 2048};
-  EXPECT_FALSE(union_only_batch(cu2.data(), k_long.data(), 2, 4096, 16, 8));
-  EXPECT_TRUE(union_only_batch(cu2.data(), k_short.data(), 2, 2048, 16, 8));  // 16 + 16
-  // Eight one-query requests in one tile: each adds min(its blocks, 16).
-  const std::vector<std::int32_t> cu8 = {0, 1, 2, 3, 4, 5, 6, 7, 8};
-  const std::vector<std::int32_t> k512(8, 512), k640(8, 640);
-  EXPECT_TRUE(union_only_batch(cu8.data(), k512.data(), 8, 512, 16, 8));    // 8 * 4
-  EXPECT_FALSE(union_only_batch(cu8.data(), k640.data(), 8, 640, 16, 8));   // 8 * 5
-  // A fresh 4-token prefill (its last query sees block 0 only) beside the first 4 queries of a
-  // 1000-query chunk on 4096 tokens (positions 3096-3099: 25 blocks): 1 + 25.
-  const std::vector<std::int32_t> cu_f = {0, 4, 1004}, k_f = {4, 4096};
-  EXPECT_TRUE(union_only_batch(cu_f.data(), k_f.data(), 2, 4096, 16, 8));
-  // The same chunk's queries counted by what their last query sees: on 4100 tokens (33 blocks)
-  // the bound on max_k_len already refuses.
-  const std::vector<std::int32_t> k_g = {4, 4100};
-  EXPECT_FALSE(union_only_batch(cu_f.data(), k_g.data(), 2, 4100, 16, 8));
+  const auto one = [](std::int32_t q_len, std::int32_t k_len, int h_kv, int group) {
+    const std::vector<std::int32_t> cu = {0, q_len}, kl = {k_len};
+    return union_only_batch(cu.data(), kl.data(), 1, q_len, k_len, h_kv, group, 16,
+                            group >= 8 ? 128 / group : 16);
+  };
+  // One request of S tokens: a tile of positions sharing v visible blocks has union v and 128
+  // edges once v >= 16, so it adds (v - 40) * 1024 past 40 blocks, 16 tiles per block: the sum
+  // is 16 * 1024 * n (n + 1) / 2 for n = S / 128 - 40, 1 720 320 at n = 14 (S = 6912) against
+  // 1 766 400 per head, 1 966 080 at n = 15 (S = 7040).
+  EXPECT_TRUE(one(4096, 4096, 4, 16));
+  EXPECT_TRUE(one(6912, 6912, 4, 16));
+  EXPECT_FALSE(one(7040, 7040, 4, 16));
+  EXPECT_FALSE(one(32768, 32768, 4, 16));
+  // The same request at G = 1 (h_kv 64, tiles of 16 queries, cut 4.6 blocks of 256 edges):
+  // planned from the first blocks on.
+  EXPECT_FALSE(one(4096, 4096, 64, 1));
+  EXPECT_TRUE(one(256, 256, 64, 1));  // 2 blocks at most: union 2 <= 16 queries' edges * 37 / 1024
+  // The batch on the device, one request: taken at max_k_len with all total_q queries.
+  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 1, 6912, 6912, 4, 16, 16, 8));
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 7040, 7040, 4, 16, 16, 8));
+  // More requests on the device: every tile full, min(B, 8) requests at max_k_len each. Two on
+  // 2560 tokens: union 40 over 128 edges adds nothing; on 2688 (21 blocks) 2048 a tile, so 75
+  // tiles (600 queries) fit the budget and 1000 (8000 queries) do not.
+  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 2, 100000, 2560, 4, 16, 16, 8));
+  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 2, 600, 2688, 4, 16, 16, 8));
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 2, 8000, 2688, 4, 16, 16, 8));
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 0, 0, 0, 4, 16, 16, 8));
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 0, 100, 4, 16, 16, 8));  // no query
+  // Two host requests share tile 0 (queries 0-4 and 5-7), both at positions 4088-4095 of 4096
+  // tokens: union 32 + 32 over 128 edges adds 24 576; tile 1 (5 queries) 32 * 1024 - 80 * 320.
+  const std::vector<std::int32_t> cu2 = {0, 5, 13}, k2 = {4096, 4096};
+  EXPECT_TRUE(union_only_batch(cu2.data(), k2.data(), 2, 13, 4096, 4, 16, 16, 8));
+  // The same at G = 1 with 64 KV heads: the budget is 110 400 a head; tile 0 (16 queries: 13)
+  // adds 64 * 1024 - 13 * 16 * 37.
+  EXPECT_TRUE(union_only_batch(cu2.data(), k2.data(), 2, 13, 4096, 64, 1, 16, 16));
+  // Eight one-query requests on 8192 tokens in one tile: union 8 * 16 over 128 edges adds
+  // 88 * 1024 once; a thousand such tiles pass the budget.
+  std::vector<std::int32_t> cu8(9), k8(8, 8192);
+  for (int i = 0; i <= 8; ++i) cu8[static_cast<std::size_t>(i)] = i;
+  EXPECT_TRUE(union_only_batch(cu8.data(), k8.data(), 8, 8, 8192, 4, 16, 16, 8));
+  std::vector<std::int32_t> cu_many(8001), k_many(8000, 8192);
+  for (int i = 0; i <= 8000; ++i) cu_many[static_cast<std::size_t>(i)] = i;
+  EXPECT_FALSE(union_only_batch(cu_many.data(), k_many.data(), 8000, 8000, 8192, 4, 16, 16, 8));
 }
 
 TEST(TileRoute, HostPlannerLeavesRoutedRowsOut) {

@@ -163,7 +163,8 @@ std::vector<std::uint8_t> random_route(const PlanCase& c, const PlanInputs& in, 
 std::vector<std::uint8_t> rule_route(const PlanCase& c, const PlanInputs& in) {
   return msa::route_tiles_host(in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(),
                                in.k_len.data<std::int32_t>(), static_cast<int>(c.requests.size()), c.h_kv,
-                               in.total_q, c.topk, msa::cuda::tile_union_queries_per_tile(shape_of(c).group()));
+                               shape_of(c).group(), in.total_q, c.topk,
+                               msa::cuda::tile_union_queries_per_tile(shape_of(c).group()));
 }
 
 std::tuple<int, int, int, int, int, int> key(const msa::WorkItem& w) {
@@ -270,6 +271,7 @@ struct RouteBuffers {
     params.total_q = in.total_q;
     params.topk = c.topk;
     params.q_per_tile = q_per_tile;
+    params.group = shape_of(c).group();
     params.union_tile = static_cast<std::uint8_t*>(tile.get());
     params.union_list = static_cast<std::int32_t*>(list.get());
     params.union_count = static_cast<std::int32_t*>(count.get());
@@ -547,8 +549,8 @@ TEST_P(K2qDevice, RoutesByTheRule) {
     SCOPED_TRACE("q_per_tile " + std::to_string(q_per_tile));
     const std::vector<std::uint8_t> flags =
         msa::route_tiles_host(in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(),
-                              in.k_len.data<std::int32_t>(), static_cast<int>(c.requests.size()), c.h_kv, in.total_q,
-                              c.topk, q_per_tile);
+                              in.k_len.data<std::int32_t>(), static_cast<int>(c.requests.size()), c.h_kv,
+                              shape_of(c).group(), in.total_q, c.topk, q_per_tile);
     const msa::K2qCsr host = host_plan(c, in, msa::TileRoute{q_per_tile, flags.data()});
     DevicePlan dp(c, in);
     ASSERT_NE(dp.workspace.get(), nullptr);
@@ -607,11 +609,12 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     const std::vector<std::uint8_t> every(flags.size(), 1);
     const msa::K2qCsr all_union = host_plan(c, in, msa::TileRoute{q_per_tile, every.data()});
     const auto b_count = static_cast<std::int64_t>(c.requests.size());
-    const bool host_union_only =
-        in.total_q > 0 && msa::union_only_batch(in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(),
-                                                b_count, in.max_k_len, c.topk, q_per_tile);
-    const bool device_union_only =
-        in.total_q > 0 && msa::union_only_batch(nullptr, nullptr, b_count, in.max_k_len + 333, c.topk, q_per_tile);
+    const int g = shape_of(c).group();
+    const bool host_union_only = msa::union_only_batch(in.cu_seqlens_q.data<std::int32_t>(),
+                                                       in.k_len.data<std::int32_t>(), b_count, in.total_q,
+                                                       in.max_k_len, c.h_kv, g, c.topk, q_per_tile);
+    const bool device_union_only = msa::union_only_batch(nullptr, nullptr, b_count, in.total_q, in.max_k_len + 333,
+                                                         c.h_kv, g, c.topk, q_per_tile);
     union_only_plans += host_union_only + device_union_only;
     const msa::K2qCsr& host = host_union_only ? all_union : routed;
     // The fixed paths: every tile on the union kernel (plan() builds nothing), or none.
@@ -646,7 +649,8 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     DeviceBuffer ws(bytes);
     op.set_workspace(ws.get(), bytes);
     op.plan(batch, topk, in.max_k_len, nullptr);
-    const bool bounded_union_only = in.total_q > 0 && msa::union_only_batch(nullptr, nullptr, b_count, in.max_k_len, c.topk, q_per_tile);
+    const bool bounded_union_only =
+        msa::union_only_batch(nullptr, nullptr, b_count, in.total_q, in.max_k_len, c.h_kv, g, c.topk, q_per_tile);
     expect_same_plan(bounded_union_only ? all_union : routed, op.plan_snapshot());
     EXPECT_THROW(op.plan(batch, topk, in.max_k_len + 100000, nullptr), msa::Error);  // too small
   }

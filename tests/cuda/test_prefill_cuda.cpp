@@ -84,9 +84,10 @@ std::vector<Case> cases() {
   c.push_back({"batch300", spec_of(16, 2, 8, 32, many, Selection::kRandom, 10)});
   c.push_back({"page128_g3_random", spec_of(12, 4, 16, 128, chunked, Selection::kRandom, 12)});
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
-  // Random picks among 32..36 visible blocks (request 0) route to the block-major kernel,
-  // among <= 8 (request 1) to the tile-union kernel: PrefillPath::kAuto runs both in one call.
-  Case mixed{"page128_g16_random_mixed", spec_of(16, 1, 16, 128, {{512, 4608}, {300, 900}}, Selection::kRandom, 13)};
+  // Random picks among 123..128 visible blocks (request 0) route to the block-major kernel,
+  // among <= 8 (request 1) to the tile-union kernel: PrefillPath::kAuto runs both in one call
+  // (and plans: request 0's tiles cost the union kernel more than the routed call's fixed cost).
+  Case mixed{"page128_g16_random_mixed", spec_of(16, 1, 16, 128, {{768, 16384}, {300, 900}}, Selection::kRandom, 13)};
   mixed.mixed_route = true;
   c.push_back(mixed);
   // Every case again on the tile-union path (tiles that span requests: chunked, batch300), and
@@ -167,14 +168,15 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   if (c.path == msa::PrefillPath::kAuto) {
     const bool union_only =
         c.host_batch ? msa::union_only_batch(w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
-                                             b_count, max_k_len, s.topk, q_per_tile)
-                     : msa::union_only_batch(nullptr, nullptr, b_count, max_k_len, s.topk, q_per_tile);
+                                             b_count, w.total_q, max_k_len, s.h_kv, s.group(), s.topk, q_per_tile)
+                     : msa::union_only_batch(nullptr, nullptr, b_count, w.total_q, max_k_len, s.h_kv, s.group(), s.topk,
+                                             q_per_tile);
     EXPECT_EQ(union_only, c.union_only) << c.name;
   }
   if (c.mixed_route) {
     const std::vector<std::uint8_t> route = msa::route_tiles_host(
         w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
-        static_cast<int>(b_count), s.h_kv, w.total_q, s.topk, q_per_tile);
+        static_cast<int>(b_count), s.h_kv, s.group(), w.total_q, s.topk, q_per_tile);
     const auto union_tiles = std::count(route.begin(), route.end(), 1);
     EXPECT_GT(union_tiles, 0) << c.name;
     EXPECT_LT(union_tiles, static_cast<std::ptrdiff_t>(route.size())) << c.name;

@@ -73,7 +73,7 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
   const int q_per_tile = msa::cuda::tile_union_queries_per_tile(c.h_q / c.h_kv);
   const std::vector<std::uint8_t> want =
       msa::route_tiles_host(ids, w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), batch, c.h_kv,
-                            w.total_q, c.topk, q_per_tile);
+                            c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
   const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, w.total_q, q_per_tile);
   ASSERT_EQ(static_cast<std::int64_t>(want.size()), tiles);
   std::vector<std::int32_t> want_list;  // in rank order
@@ -116,6 +116,7 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
   p.total_q = w.total_q;
   p.topk = c.topk;
   p.q_per_tile = q_per_tile;
+  p.group = c.h_q / c.h_kv;
   p.union_tile = d_flags;
   p.union_list = d_list;
   p.union_count = d_count;

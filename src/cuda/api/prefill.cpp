@@ -118,8 +118,8 @@ class PrefillCuda final : public SparsePrefill::Impl {
       in.stride_topk_token = topk.stride[1];
     }
     // Every tile on the tile-union kernel needs no device plan: PrefillPath::kTileUnion, or
-    // kAuto where the batch alone bounds every tile's union below the routing's cut
-    // (union_only_batch). plan() then only stages host inputs. Otherwise kAuto routes each
+    // kAuto where the routing's cost model finds no tile whose union, at its bound, costs more
+    // there than the routed call would (union_only_batch). plan() then only stages host inputs. Otherwise kAuto routes each
     // tile to the cheaper kernel before the plan is built, so that the k2q plan leaves the
     // union tiles' rows out. The tile-union kernel reads top-k rows with a contiguous last dim;
     // otherwise every tile stays block-major.
@@ -128,7 +128,8 @@ class PrefillCuda final : public SparsePrefill::Impl {
     union_only_ = options.prefill_path == PrefillPath::kTileUnion ||
                   (automatic && total_q > 0 && union_readable &&
                    union_only_batch(host_batch ? info.cu_q.data() : nullptr, host_batch ? info.k_len.data() : nullptr,
-                                    b_count, max_k_len, shape.topk, tile_union_queries_per_tile(shape.group())));
+                                    b_count, total_q, max_k_len, shape.h_kv, shape.group(), shape.topk,
+                                    tile_union_queries_per_tile(shape.group())));
     routed_ = automatic && !union_only_ && total_q > 0 && union_readable;
     // plan_snapshot() of a plan that built nothing rebuilds it on the host from these.
     planned_topk_ = TensorView::strided(const_cast<std::int32_t*>(in.topk), DType::kInt32,
@@ -151,6 +152,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       rp.total_q = total_q;
       rp.topk = shape.topk;
       rp.q_per_tile = tile_union_queries_per_tile(shape.group());
+      rp.group = shape.group();
       rp.union_tile = ws_.union_tile;
       rp.union_list = ws_.union_list;
       rp.union_count = ws_.union_count;

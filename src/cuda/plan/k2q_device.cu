@@ -61,6 +61,7 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
     p.union_list = in.route->union_list;
     p.union_count = in.route->union_count;
     p.route_q_per_tile = in.route->q_per_tile;
+    p.route_group = in.route->group;
     p.route_per_head = static_cast<int>(tiles_per_head(g.total_q, in.route->q_per_tile));
   }
   p.row_coords = out.row_coords;

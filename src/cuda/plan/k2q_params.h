@@ -82,6 +82,7 @@ struct BuildParams {
   const std::uint8_t* union_tile;  // [h_kv, route_per_head] or null: rows of flagged tiles
   int route_q_per_tile;            //   are left out (split count 1, no edge); see TileRoute
   int route_per_head;
+  int route_group;  // h_q / h_kv, for the small path's own routing (union_path_wins)
   // Routing computed by the small path itself (k2q_small_kernels.cuh; null union_tile: not
   // asked). Then union_tile above is null and these are written: the flags, and the flagged
   // tiles in rank order (tile_of_rank), as launch_tile_route writes them.

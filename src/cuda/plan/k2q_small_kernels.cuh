@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_head_kernel(const 
       }
       __syncthreads();
       if (tid < per_round && t0 + tid < tiles) {
-        const std::uint8_t flag = union_path_wins(s_tile_unions[tid], s_tile_edges[tid]) ? 1 : 0;
+        const std::uint8_t flag = union_path_wins(s_tile_unions[tid], s_tile_edges[tid], p.route_group) ? 1 : 0;
         s_flags[t0 + tid] = flag;
         p.route_tile_out[static_cast<std::int64_t>(h) * tiles + t0 + tid] = flag;
       }

@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kWarps * 32) tile_route_kernel(const TileRoute
       unions += __shfl_xor_sync(0xffffffffu, unions, off);
       edges += __shfl_xor_sync(0xffffffffu, edges, off);
     }
-    if (lane == 0) p.union_tile[tile] = union_path_wins(unions, edges) ? 1 : 0;
+    if (lane == 0) p.union_tile[tile] = union_path_wins(unions, edges, p.group) ? 1 : 0;
     __syncwarp();  // the next tile overwrites key and table
   }
 }
@@ -90,7 +90,7 @@ struct TileOfRank {
 // The operator layer validated the problem (prefill_workspace() bounds the tile count).
 void check(const TileRouteParams& p) {
   MSA_ASSERT(p.topk >= 1 && p.topk <= kTileUnionMaxTopk && p.q_per_tile >= 1 && p.q_per_tile <= kTileUnionMaxQueries &&
-             p.batch >= 1);
+             p.batch >= 1 && p.group >= 1);
   MSA_ASSERT(tile_route_tiles(p.h_kv, p.total_q, p.q_per_tile) <= INT_MAX / 2);
 }
 

@@ -24,6 +24,7 @@ struct TileRouteParams {
   std::int64_t total_q;
   int topk;        // 1..32
   int q_per_tile;  // 1..16
+  int group;       // h_q / h_kv: the cost model of union_path_wins (core/tile_route.h)
   // outputs
   std::uint8_t* union_tile;   // [tiles] 1: the tile-union kernel takes the tile
   std::int32_t* union_list;   // [tiles] the flagged tiles in rank order; first *union_count
