@@ -10,7 +10,7 @@ namespace msa::bench {
 
 double union_tile_share(const Workload& w, std::int64_t max_k_len) {
   const AttentionShape& s = w.spec.shape;
-  const int q_per_tile = cuda::tile_union_queries_per_tile(s.group());
+  const int q_per_tile = cuda::tile_union_queries_per_tile(s.group(), s.topk);
   if (union_only_batch(nullptr, nullptr, static_cast<std::int64_t>(w.spec.requests.size()), w.total_q, max_k_len,
                        s.h_kv, s.group(), s.topk, q_per_tile))
     return 1.0;

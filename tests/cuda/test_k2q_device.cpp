@@ -164,7 +164,7 @@ std::vector<std::uint8_t> rule_route(const PlanCase& c, const PlanInputs& in) {
   return msa::route_tiles_host(in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(),
                                in.k_len.data<std::int32_t>(), static_cast<int>(c.requests.size()), c.h_kv,
                                shape_of(c).group(), in.total_q, c.topk,
-                               msa::cuda::tile_union_queries_per_tile(shape_of(c).group()));
+                               msa::cuda::tile_union_queries_per_tile(shape_of(c).group(), c.topk));
 }
 
 std::tuple<int, int, int, int, int, int> key(const msa::WorkItem& w) {
@@ -540,12 +540,13 @@ TEST_P(K2qDevice, RoutedMatchesHostBuilder) {
 // The planner's own routing (K2qDeviceInputs::route, as SparsePrefill's plan() asks under
 // PrefillPath::kAuto): flags equal to the rule's CPU twin, the flagged tiles listed in rank order
 // (msa::tile_of_rank), and the plan equal to the host builder's under that routing, for tiles of
-// 16 and 8 queries.
+// 32 (where topk <= 16), 16 and 8 queries.
 TEST_P(K2qDevice, RoutesByTheRule) {
   MSA_SKIP_WITHOUT_GPU();
   const PlanCase& c = GetParam();
   const PlanInputs in = make_inputs(c);
-  for (const int q_per_tile : {16, 8}) {
+  for (const int q_per_tile : {32, 16, 8}) {
+    if (q_per_tile * c.topk > msa::cuda::kTileUnionMaxEntries) continue;
     SCOPED_TRACE("q_per_tile " + std::to_string(q_per_tile));
     const std::vector<std::uint8_t> flags =
         msa::route_tiles_host(in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(),
@@ -604,7 +605,7 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     const std::vector<std::uint8_t> flags = rule_route(c, in);
     union_tiles += std::count(flags.begin(), flags.end(), 1);
     block_major_tiles += std::count(flags.begin(), flags.end(), 0);
-    const int q_per_tile = msa::cuda::tile_union_queries_per_tile(shape_of(c).group());
+    const int q_per_tile = msa::cuda::tile_union_queries_per_tile(shape_of(c).group(), c.topk);
     const msa::K2qCsr routed = host_plan(c, in, msa::TileRoute{q_per_tile, flags.data()});
     const std::vector<std::uint8_t> every(flags.size(), 1);
     const msa::K2qCsr all_union = host_plan(c, in, msa::TileRoute{q_per_tile, every.data()});

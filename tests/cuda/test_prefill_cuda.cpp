@@ -83,6 +83,10 @@ std::vector<Case> cases() {
   for (int i = 0; i < 300; ++i) many.push_back({1 + (i * 7) % 13, 1 + (i * 7) % 13 + (i * 37) % 500});
   c.push_back({"batch300", spec_of(16, 2, 8, 32, many, Selection::kRandom, 10)});
   c.push_back({"page128_g3_random", spec_of(12, 4, 16, 128, chunked, Selection::kRandom, 12)});
+  // G = 4, K = 16: tiles of 32 queries, here up to 32 requests each (every membership bit).
+  std::vector<Request> tiny;
+  for (int i = 0; i < 40; ++i) tiny.push_back({1 + i % 3, 1 + i % 3 + (i * 37) % 700});
+  c.push_back({"page64_g4_random_tiny_requests", spec_of(16, 4, 16, 64, tiny, Selection::kRandom, 18)});
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
   // Random picks among 123..128 visible blocks (request 0) route to the block-major kernel,
   // among <= 8 (request 1) to the tile-union kernel: PrefillPath::kAuto runs both in one call
@@ -103,7 +107,8 @@ std::vector<Case> cases() {
       Case a = c[i];
       a.name += "_auto";
       a.path = msa::PrefillPath::kAuto;
-      a.union_only = a.name.find("hot_rows") != std::string::npos;  // one request on 700 tokens
+      // One request on 700 tokens; 40 requests on at most 702.
+      a.union_only = a.name.find("hot_rows") != std::string::npos || a.name.find("tiny") != std::string::npos;
       c.push_back(a);
     }
   }
@@ -163,7 +168,7 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   const auto& s = c.spec.shape;
   std::int64_t max_k_len = 0;
   for (const Request& r : c.spec.requests) max_k_len = std::max<std::int64_t>(max_k_len, r.k_len);
-  const int q_per_tile = msa::cuda::tile_union_queries_per_tile(s.group());
+  const int q_per_tile = msa::cuda::tile_union_queries_per_tile(s.group(), s.topk);
   const auto b_count = static_cast<std::int64_t>(c.spec.requests.size());
   if (c.path == msa::PrefillPath::kAuto) {
     const bool union_only =

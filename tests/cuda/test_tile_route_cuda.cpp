@@ -70,7 +70,7 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
     }
   }
   const int batch = static_cast<int>(c.requests.size());
-  const int q_per_tile = msa::cuda::tile_union_queries_per_tile(c.h_q / c.h_kv);
+  const int q_per_tile = msa::cuda::tile_union_queries_per_tile(c.h_q / c.h_kv, c.topk);
   const std::vector<std::uint8_t> want =
       msa::route_tiles_host(ids, w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), batch, c.h_kv,
                             c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);

@@ -18,7 +18,7 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
   g.batch = batch;
   g.q_per_request = q_per_request;
   g.total_q = batch * q_per_request;
-  g.q_per_tile = tile_union_queries_per_tile(shape.group());
+  g.q_per_tile = tile_union_decode_queries(shape.group());
   g.pairs = std::int64_t(shape.h_kv) * ((g.total_q + g.q_per_tile - 1) / g.q_per_tile);
   // A pair's union holds at most (its queries) x min(topk, blocks of the longest request), and
   // at most (the requests its tile touches) x (their blocks); with no bound on seq_len (0:

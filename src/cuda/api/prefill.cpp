@@ -129,7 +129,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
                   (automatic && total_q > 0 && union_readable &&
                    union_only_batch(host_batch ? info.cu_q.data() : nullptr, host_batch ? info.k_len.data() : nullptr,
                                     b_count, total_q, max_k_len, shape.h_kv, shape.group(), shape.topk,
-                                    tile_union_queries_per_tile(shape.group())));
+                                    tile_union_queries_per_tile(shape.group(), shape.topk)));
     routed_ = automatic && !union_only_ && total_q > 0 && union_readable;
     // plan_snapshot() of a plan that built nothing rebuilds it on the host from these.
     planned_topk_ = TensorView::strided(const_cast<std::int32_t*>(in.topk), DType::kInt32,
@@ -151,7 +151,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       rp.h_kv = shape.h_kv;
       rp.total_q = total_q;
       rp.topk = shape.topk;
-      rp.q_per_tile = tile_union_queries_per_tile(shape.group());
+      rp.q_per_tile = tile_union_queries_per_tile(shape.group(), shape.topk);
       rp.group = shape.group();
       rp.union_tile = ws_.union_tile;
       rp.union_list = ws_.union_list;
@@ -197,7 +197,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
     const bool use_block_major = !union_only_;
     MSA_REQUIRE(!use_union || a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
                 "the tile-union prefill reads top-k rows with a contiguous last dim");
-    const int q_per_tile = tile_union_queries_per_tile(shape.group());
+    const int q_per_tile = tile_union_queries_per_tile(shape.group(), shape.topk);
     MSA_REQUIRE(!use_union || shape.h_kv * ((planned_total_q_ + q_per_tile - 1) / q_per_tile) <= INT32_MAX / 2,
                 "q.shape[0]", std::to_string(planned_total_q_),
                 "the tile-union prefill numbers (KV head, query tile) pairs in 32 bits: h_kv * ceil(total_q / " +
@@ -268,7 +268,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
                             as_host(m.mirror(planned_k_len_, plan_stream_))};
     const TensorView topk = as_host(m.mirror(planned_topk_, plan_stream_));
     m.wait(plan_stream_);
-    const int q_per_tile = tile_union_queries_per_tile(shape.group());
+    const int q_per_tile = tile_union_queries_per_tile(shape.group(), shape.topk);
     const std::vector<std::uint8_t> every(
         static_cast<std::size_t>(shape.h_kv * tiles_per_head(planned_total_q_, q_per_tile)), 1);
     return build_k2q_csr_routed(shape, batch, topk, options, TileRoute{q_per_tile, every.data()});

@@ -68,7 +68,7 @@ prefill_sm90::TileUnionParams tile_union_params(const prefill_sm90::AttentionPar
   u.stride_topk_head = a.topk.stride[0];
   u.stride_topk_token = a.topk.stride[1];
   u.batch = static_cast<int>(batch);
-  u.q_per_tile = tile_union_queries_per_tile(attn.group);
+  u.q_per_tile = tile_union_queries_per_tile(attn.group, attn.topk);
   u.splits = 1;
   u.tiles = std::int64_t(attn.h_kv) * ((attn.total_q + u.q_per_tile - 1) / u.q_per_tile);
   u.tile_list = tile_list;

@@ -29,10 +29,10 @@ PrefillWorkspace prefill_workspace(const AttentionShape& shape, const ProblemSiz
   w.topk = arena.take<std::int32_t>(static_cast<std::size_t>(shape.h_kv) * static_cast<std::size_t>(problem.total_q) *
                                     static_cast<std::size_t>(shape.topk));
   if (options.prefill_path == PrefillPath::kAuto) {
-    w.tiles = tile_route_tiles(shape.h_kv, problem.total_q, tile_union_queries_per_tile(shape.group()));
+    w.tiles = tile_route_tiles(shape.h_kv, problem.total_q, tile_union_queries_per_tile(shape.group(), shape.topk));
     MSA_REQUIRE(w.tiles <= INT32_MAX / 2, "total_q", std::to_string(problem.total_q),
                 "PrefillPath::kAuto numbers (KV head, query tile) pairs in 32 bits: h_kv * ceil(total_q / " +
-                    std::to_string(tile_union_queries_per_tile(shape.group())) + ") must be < 2^30");
+                    std::to_string(tile_union_queries_per_tile(shape.group(), shape.topk)) + ") must be < 2^30");
     w.union_tile = arena.take<std::uint8_t>(static_cast<std::size_t>(w.tiles));
     w.union_list = arena.take<std::int32_t>(static_cast<std::size_t>(w.tiles));
     w.union_count = arena.take<std::int32_t>(1);

@@ -23,7 +23,7 @@ struct PrefillWorkspace {
   std::int32_t* k_len = nullptr;         // staging, [B] (right after cu_seqlens_q)
   std::int32_t* topk = nullptr;          // staging, [h_kv, total_q, topk]
   // PrefillPath::kAuto routing (cuda/plan/tile_route.h); absent (null, tiles 0) otherwise.
-  std::int64_t tiles = 0;               // h_kv * ceil(total_q / tile_union_queries_per_tile(G))
+  std::int64_t tiles = 0;               // h_kv * ceil(total_q / tile_union_queries_per_tile(G, topk))
   std::uint8_t* union_tile = nullptr;   // [tiles]
   std::int32_t* union_list = nullptr;   // [tiles]
   std::int32_t* union_count = nullptr;  // [1]

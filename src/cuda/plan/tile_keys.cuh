@@ -18,7 +18,7 @@ namespace msa::cuda {
 
 struct TileQuery {
   int b;        // request
-  int segment;  // its segment in the tile, 0..15
+  int segment;  // its segment in the tile, 0..31
   int k_len;    // max(k_len[b], 0)
   int blocks;   // ceil(k_len / 128)
   int pos;      // position of the query in its request (bottom-right causal)
@@ -52,7 +52,7 @@ __device__ __forceinline__ TileQuery locate_tile_query(const std::int32_t* cu_se
   t.b = request_of_query(cu_seqlens_q, batch, q, b_first);
   const std::int64_t start = cu_seqlens_q[t.b];
   // Clamped for batches that break the contract (cu_seqlens_q changed on the device since plan()):
-  // results are then unspecified, but every segment stays a valid index of a 16-entry table.
+  // results are then unspecified, but every segment stays a valid index of a 32-entry table.
   t.segment = static_cast<int>(min(start > q0 ? start - q0 : std::int64_t(0), std::int64_t(kTileUnionMaxQueries - 1)));
   t.k_len = max(k_len[t.b], 0);
   t.blocks = (t.k_len + kBlockSize - 1) / kBlockSize;

@@ -23,7 +23,7 @@ namespace msa::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kMaxEntries = kTileUnionMaxQueries * kTileUnionMaxTopk;  // q_per_tile * topk
+constexpr int kMaxEntries = kTileUnionMaxEntries;  // q_per_tile * topk
 constexpr int kMaxTable = 2 * kMaxEntries;                             // key table slots, at most half used
 
 // Warp per tile: entry e = (tile query e / topk, slot e % topk) gets its union key
@@ -90,7 +90,7 @@ struct TileOfRank {
 // The operator layer validated the problem (prefill_workspace() bounds the tile count).
 void check(const TileRouteParams& p) {
   MSA_ASSERT(p.topk >= 1 && p.topk <= kTileUnionMaxTopk && p.q_per_tile >= 1 && p.q_per_tile <= kTileUnionMaxQueries &&
-             p.batch >= 1 && p.group >= 1);
+             p.q_per_tile * p.topk <= kMaxEntries && p.batch >= 1 && p.group >= 1);
   MSA_ASSERT(tile_route_tiles(p.h_kv, p.total_q, p.q_per_tile) <= INT_MAX / 2);
 }
 

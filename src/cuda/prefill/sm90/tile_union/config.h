@@ -11,7 +11,7 @@
 
 namespace msa::cuda::prefill_sm90 {
 
-constexpr int kMaxEntries = kTileUnionMaxQueries * kTileUnionMaxTopk;
+constexpr int kMaxEntries = kTileUnionMaxEntries;  // q_per_tile * topk
 // The builders' open-addressing table of entry keys: twice the entries, a power of two.
 constexpr int kKeyTableSize = 2 * kMaxEntries;
 static_assert((kKeyTableSize & (kKeyTableSize - 1)) == 0);

@@ -139,12 +139,13 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     const UnionList& list = smem.list[buf];
     const int u0 = list.begin;  // the tile's split of the union: entries u0 + [0, n)
     const int n = list.end - u0;
-    // This thread's rows: tile query (31 for padding: no membership bit) and its position.
-    int row_query[2], row_pos[2];
+    // This thread's rows: their tile query's membership bit (none for padding) and position.
+    std::uint32_t row_bit[2];
+    int row_pos[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int qi = row[half] / group;
-      row_query[half] = qi < t.nq ? qi : 31;
+      row_bit[half] = qi < t.nq ? 1u << qi : 0u;
       row_pos[half] = qi < t.nq ? list.q_pos[qi] : 0;
     }
     // The tile queries owning a row of this warpgroup's 64 (padding rows own none).
@@ -163,7 +164,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       const std::uint32_t members = list.members[u0 + u];
 #pragma unroll
       for (int half = 0; half < 2; ++half)
-        limit[half] = (members >> row_query[half]) & 1u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
+        limit[half] = (members & row_bit[half]) != 0u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
     };
 
     // FP8 K/V: k_descale scales every score of the tile's KV head, v_descale its O.
