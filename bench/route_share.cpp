@@ -14,9 +14,9 @@ double union_tile_share(const Workload& w, std::int64_t max_k_len) {
   if (union_only_batch(nullptr, nullptr, static_cast<std::int64_t>(w.spec.requests.size()), w.total_q, max_k_len,
                        s.h_kv, s.group(), s.topk, q_per_tile))
     return 1.0;
-  const std::vector<std::uint8_t> route = route_tiles_host(
-      w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
-      static_cast<int>(w.spec.requests.size()), s.h_kv, s.group(), w.total_q, s.topk, q_per_tile);
+  const std::vector<std::uint8_t> route =
+      route_tiles_host(w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
+                       static_cast<int>(w.spec.requests.size()), s.h_kv, s.group(), w.total_q, s.topk, q_per_tile);
   if (route.empty()) return 0.0;
   return static_cast<double>(std::count(route.begin(), route.end(), 1)) / static_cast<double>(route.size());
 }

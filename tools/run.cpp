@@ -283,8 +283,8 @@ class Pipeline {
     if (opt.backend == Backend::kCuda && opt.prefill_path == PrefillPath::kAuto && prefill_.total_q > 0) {
       route.q_per_tile = cuda::tile_union_queries_per_tile(shape_.group(), shape_.topk);
       flags = route_tiles_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),
-                               prefill_.k_len.data<std::int32_t>(), static_cast<int>(o_.requests.size()),
-                               shape_.h_kv, shape_.group(), prefill_.total_q, shape_.topk, route.q_per_tile);
+                               prefill_.k_len.data<std::int32_t>(), static_cast<int>(o_.requests.size()), shape_.h_kv,
+                               shape_.group(), prefill_.total_q, shape_.topk, route.q_per_tile);
       route.union_tile = flags.data();
     }
     const K2qCsr oracle = build_k2q_csr_routed(shape_, prefill_.batch(), prefill_.topk.view(), host, route);

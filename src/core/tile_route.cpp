@@ -64,8 +64,8 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
     }
     // Every tile full, each of its requests at max_k_len.
     const std::int64_t blocks = (std::max<std::int64_t>(max_k_len, 0) + kBlockSize - 1) / kBlockSize;
-    const std::int64_t unions = std::min(std::min<std::int64_t>(batch, q_per_tile) * blocks,
-                                         std::int64_t(q_per_tile) * topk);
+    const std::int64_t unions =
+        std::min(std::min<std::int64_t>(batch, q_per_tile) * blocks, std::int64_t(q_per_tile) * topk);
     const std::int64_t edges = std::int64_t(q_per_tile) * std::min<std::int64_t>(topk, blocks);
     const std::uint64_t per_tile = extra(static_cast<std::uint64_t>(unions), static_cast<std::uint64_t>(edges));
     return per_tile == 0 || per_tile * static_cast<std::uint64_t>(tiles_per_head(total_q, q_per_tile)) <= budget;
@@ -88,6 +88,22 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
       }
       const std::int64_t first = std::max(q0, t * q_per_tile), last = std::min(q1, (t + 1) * q_per_tile) - 1;
       const std::int64_t p_first = kl - q_len + (first - q0), p_last = kl - q_len + (last - q0);
+      if (first == t * q_per_tile && last == (t + 1) * q_per_tile - 1 && p_first >= 0 &&
+          p_first / kBlockSize == p_last / kBlockSize) {
+        // A run of full tiles of this request whose queries all see the same v blocks: each is
+        // its own tile with union v and q_per_tile * min(topk, v) edges, so the run adds at
+        // once (O(blocks) per request, not O(tiles)).
+        const std::int64_t v = p_first / kBlockSize + 1;
+        const std::int64_t block_end = v * kBlockSize - 1;
+        const std::int64_t t_end = std::min(t + (block_end - p_last) / q_per_tile, q1 / q_per_tile - 1);
+        excess += static_cast<std::uint64_t>(t_end - t + 1) *
+                  extra(static_cast<std::uint64_t>(std::min<std::int64_t>(v, std::int64_t(q_per_tile) * topk)),
+                        static_cast<std::uint64_t>(std::int64_t(q_per_tile) * std::min<std::int64_t>(topk, v)));
+        if (excess > budget) return false;
+        t = t_end;
+        tile = t_end;
+        continue;
+      }
       const std::int64_t seen = p_last < 0 ? 0 : std::min(p_last / kBlockSize + 1, kl_blocks);
       unions += static_cast<std::uint64_t>(std::min(seen, (last - first + 1) * topk));
       edges += static_cast<std::uint64_t>(edges_below(p_last + 1, topk) - edges_below(p_first, topk));

@@ -3,7 +3,9 @@
 // the plan-free estimate, and the host k2q builder with a routing: routed rows have no edge and split count 1.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "core/k2q_host.h"
@@ -78,8 +80,7 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
   using msa::union_only_batch;
   const auto one = [](std::int32_t q_len, std::int32_t k_len, int h_kv, int group) {
     const std::vector<std::int32_t> cu = {0, q_len}, kl = {k_len};
-    return union_only_batch(cu.data(), kl.data(), 1, q_len, k_len, h_kv, group, 16,
-                            group >= 8 ? 128 / group : 16);
+    return union_only_batch(cu.data(), kl.data(), 1, q_len, k_len, h_kv, group, 16, group >= 8 ? 128 / group : 16);
   };
   // One request of S tokens: a tile of positions sharing v visible blocks has union v and 128
   // edges once v >= 16, so it adds (v - 40) * 1024 past 40 blocks, 16 tiles per block: the sum
@@ -119,6 +120,62 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
   std::vector<std::int32_t> cu_many(8001), k_many(8000, 8192);
   for (int i = 0; i <= 8000; ++i) cu_many[static_cast<std::size_t>(i)] = i;
   EXPECT_FALSE(union_only_batch(cu_many.data(), k_many.data(), 8000, 8000, 8192, 4, 16, 16, 8));
+}
+
+// union_only_batch against its definition, query by query: each tile's union bound (per request
+// in it, the blocks its last query there sees, at most topk per query) and edges (min(topk,
+// visible) per query), what the union kernel costs beyond the rule's choice summed over the
+// tiles and heads, against kRoutedCallCost. Random batches near that budget (64 KV heads make
+// it small), so both answers occur; tiles spanning requests, empty requests, q_len = k_len.
+bool union_only_by_definition(const std::vector<std::int32_t>& cu, const std::vector<std::int32_t>& kl, int h_kv,
+                              int group, int topk, int q_per_tile) {
+  const std::int64_t total_q = cu.back();
+  std::uint64_t excess = 0;
+  for (std::int64_t t0 = 0; t0 < total_q; t0 += q_per_tile) {
+    std::uint64_t unions = 0, edges = 0;
+    for (std::size_t b = 0; b + 1 < cu.size(); ++b) {
+      const std::int64_t first = std::max<std::int64_t>(cu[b], t0);
+      const std::int64_t last = std::min<std::int64_t>(cu[b + 1], t0 + q_per_tile) - 1;
+      if (last < first) continue;
+      const auto seen = [&](std::int64_t q) {  // blocks query q sees
+        const std::int64_t pos = kl[b] - (cu[b + 1] - cu[b]) + (q - cu[b]);
+        return pos < 0 ? std::int64_t(0) : pos / 128 + 1;
+      };
+      unions += static_cast<std::uint64_t>(std::min(seen(last), (last - first + 1) * topk));
+      for (std::int64_t q = first; q <= last; ++q)
+        edges += static_cast<std::uint64_t>(std::min<std::int64_t>(topk, seen(q)));
+    }
+    const std::uint64_t u = msa::union_path_cost(unions), bm = msa::block_major_path_cost(edges, group);
+    excess += u > bm ? u - bm : 0;
+  }
+  return excess * static_cast<std::uint64_t>(h_kv) <= msa::kRoutedCallCost;
+}
+
+TEST(TileRoute, UnionOnlyBatchMatchesItsDefinition) {
+  std::mt19937 rng(31);
+  int agreed_true = 0, agreed_false = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int group = std::vector<int>{1, 2, 4, 8, 16}[rng() % 5];
+    const int topk = 1 + static_cast<int>(rng() % 32);
+    const int q_per_tile = std::min({group <= 1 ? 128 : 128 / group, 512 / topk, 32});
+    const int batch = 1 + static_cast<int>(rng() % 12);
+    std::vector<std::int32_t> cu = {0}, kl;
+    for (int b = 0; b < batch; ++b) {
+      const int q_len = rng() % 5 == 0 ? 0 : static_cast<int>(rng() % 700);
+      cu.push_back(cu.back() + q_len);
+      kl.push_back(q_len + (rng() % 3 == 0 ? 0 : static_cast<int>(rng() % 3000)));
+    }
+    if (cu.back() == 0) continue;
+    const int h_kv = 64 / group;
+    const bool want = union_only_by_definition(cu, kl, h_kv, group, topk, q_per_tile);
+    const std::int32_t max_k = *std::max_element(kl.begin(), kl.end());
+    EXPECT_EQ(msa::union_only_batch(cu.data(), kl.data(), batch, cu.back(), max_k, h_kv, group, topk, q_per_tile),
+              want)
+        << "trial " << trial;
+    (want ? agreed_true : agreed_false) += 1;
+  }
+  EXPECT_GT(agreed_true, 20);
+  EXPECT_GT(agreed_false, 20);
 }
 
 TEST(TileRoute, HostPlannerLeavesRoutedRowsOut) {

@@ -548,10 +548,9 @@ TEST_P(K2qDevice, RoutesByTheRule) {
   for (const int q_per_tile : {32, 16, 8}) {
     if (q_per_tile * c.topk > msa::cuda::kTileUnionMaxEntries) continue;
     SCOPED_TRACE("q_per_tile " + std::to_string(q_per_tile));
-    const std::vector<std::uint8_t> flags =
-        msa::route_tiles_host(in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(),
-                              in.k_len.data<std::int32_t>(), static_cast<int>(c.requests.size()), c.h_kv,
-                              shape_of(c).group(), in.total_q, c.topk, q_per_tile);
+    const std::vector<std::uint8_t> flags = msa::route_tiles_host(
+        in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(),
+        static_cast<int>(c.requests.size()), c.h_kv, shape_of(c).group(), in.total_q, c.topk, q_per_tile);
     const msa::K2qCsr host = host_plan(c, in, msa::TileRoute{q_per_tile, flags.data()});
     DevicePlan dp(c, in);
     ASSERT_NE(dp.workspace.get(), nullptr);
@@ -611,11 +610,11 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     const msa::K2qCsr all_union = host_plan(c, in, msa::TileRoute{q_per_tile, every.data()});
     const auto b_count = static_cast<std::int64_t>(c.requests.size());
     const int g = shape_of(c).group();
-    const bool host_union_only = msa::union_only_batch(in.cu_seqlens_q.data<std::int32_t>(),
-                                                       in.k_len.data<std::int32_t>(), b_count, in.total_q,
-                                                       in.max_k_len, c.h_kv, g, c.topk, q_per_tile);
-    const bool device_union_only = msa::union_only_batch(nullptr, nullptr, b_count, in.total_q, in.max_k_len + 333,
-                                                         c.h_kv, g, c.topk, q_per_tile);
+    const bool host_union_only =
+        msa::union_only_batch(in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(), b_count, in.total_q,
+                              in.max_k_len, c.h_kv, g, c.topk, q_per_tile);
+    const bool device_union_only =
+        msa::union_only_batch(nullptr, nullptr, b_count, in.total_q, in.max_k_len + 333, c.h_kv, g, c.topk, q_per_tile);
     union_only_plans += host_union_only + device_union_only;
     const msa::K2qCsr& host = host_union_only ? all_union : routed;
     // The fixed paths: every tile on the union kernel (plan() builds nothing), or none.

@@ -172,8 +172,8 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   const auto b_count = static_cast<std::int64_t>(c.spec.requests.size());
   if (c.path == msa::PrefillPath::kAuto) {
     const bool union_only =
-        c.host_batch ? msa::union_only_batch(w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
-                                             b_count, w.total_q, max_k_len, s.h_kv, s.group(), s.topk, q_per_tile)
+        c.host_batch ? msa::union_only_batch(w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), b_count,
+                                             w.total_q, max_k_len, s.h_kv, s.group(), s.topk, q_per_tile)
                      : msa::union_only_batch(nullptr, nullptr, b_count, w.total_q, max_k_len, s.h_kv, s.group(), s.topk,
                                              q_per_tile);
     EXPECT_EQ(union_only, c.union_only) << c.name;

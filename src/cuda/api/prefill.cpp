@@ -118,11 +118,11 @@ class PrefillCuda final : public SparsePrefill::Impl {
       in.stride_topk_token = topk.stride[1];
     }
     // Every tile on the tile-union kernel needs no device plan: PrefillPath::kTileUnion, or
-    // kAuto where the routing's cost model finds no tile whose union, at its bound, costs more
-    // there than the routed call would (union_only_batch). plan() then only stages host inputs. Otherwise kAuto routes each
-    // tile to the cheaper kernel before the plan is built, so that the k2q plan leaves the
-    // union tiles' rows out. The tile-union kernel reads top-k rows with a contiguous last dim;
-    // otherwise every tile stays block-major.
+    // kAuto where the routing's cost model finds the union kernel on every tile, each union at
+    // its bound, no dearer than the routed call (union_only_batch). plan() then only stages
+    // host inputs. Otherwise kAuto routes each tile to the cheaper kernel before the plan is
+    // built, so that the k2q plan leaves the union tiles' rows out. The tile-union kernel reads
+    // top-k rows with a contiguous last dim; otherwise every tile stays block-major.
     const bool union_readable = host_topk || topk.stride[2] == 1;
     const bool automatic = options.prefill_path == PrefillPath::kAuto;
     union_only_ = options.prefill_path == PrefillPath::kTileUnion ||

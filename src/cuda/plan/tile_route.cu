@@ -23,7 +23,7 @@ namespace msa::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kMaxEntries = kTileUnionMaxEntries;  // q_per_tile * topk
+constexpr int kMaxEntries = kTileUnionMaxEntries;                      // q_per_tile * topk
 constexpr int kMaxTable = 2 * kMaxEntries;                             // key table slots, at most half used
 
 // Warp per tile: entry e = (tile query e / topk, slot e % topk) gets its union key

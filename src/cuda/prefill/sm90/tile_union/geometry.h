@@ -28,9 +28,7 @@ static_assert(tile_union_queries_per_tile(16, 16) == 8 && tile_union_queries_per
 
 // Queries per decode tile: at most 16 whatever the top-k (a decode request brings 1-16 queries;
 // the decode's tiles and splits were measured with these, docs/performance.md, step 14e).
-constexpr int tile_union_decode_queries(int group) {
-  return tile_union_queries_per_tile(group, kTileUnionMaxTopk);
-}
+constexpr int tile_union_decode_queries(int group) { return tile_union_queries_per_tile(group, kTileUnionMaxTopk); }
 static_assert(tile_union_decode_queries(1) == 16 && tile_union_decode_queries(8) == 16 &&
               tile_union_decode_queries(16) == 8 && tile_union_decode_queries(6) == 16);
 

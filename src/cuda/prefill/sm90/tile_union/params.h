@@ -19,7 +19,8 @@ struct TileUnionParams {
   std::int64_t stride_topk_head;
   std::int64_t stride_topk_token;
   int batch;                       // B >= 1: cu_seqlens_q has B + 1 entries
-  int q_per_tile;                  // tile_union_queries_per_tile(group, topk), the decode's tile_union_decode_queries(group)
+  int q_per_tile;                  // tile_union_queries_per_tile(group, topk); the decode's:
+                                   // tile_union_decode_queries(group)
   int splits;                      // 1..attn.slots: each (KV head, query tile) pair runs as this
                                    // many tiles, split s taking union entries [n s / splits,
                                    // n (s + 1) / splits) and writing slot s (split-KV decode);
