@@ -277,14 +277,20 @@ class Pipeline {
     Options host = opt;
     host.backend = Backend::kCpu;
     // The CUDA planner under PrefillPath::kAuto routes tiles to the tile-union kernel first:
-    // their rows are left out of the plan (the rule's CPU twin says which).
+    // their rows are left out of the plan (the rule's CPU twin says which), or all of them
+    // where the cost model, given the device batch's bound, skips the plan (union_only_batch).
     std::vector<std::uint8_t> flags;
     TileRoute route;
     if (opt.backend == Backend::kCuda && opt.prefill_path == PrefillPath::kAuto && prefill_.total_q > 0) {
       route.q_per_tile = cuda::tile_union_queries_per_tile(shape_.group(), shape_.topk);
-      flags = route_tiles_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),
-                               prefill_.k_len.data<std::int32_t>(), static_cast<int>(o_.requests.size()), shape_.h_kv,
-                               shape_.group(), prefill_.total_q, shape_.topk, route.q_per_tile);
+      const auto b_count = static_cast<int>(o_.requests.size());
+      if (union_only_batch(nullptr, nullptr, b_count, prefill_.total_q, score_cols(prefill_) * kBlockSize, shape_.h_kv,
+                           shape_.group(), shape_.topk, route.q_per_tile))
+        flags.assign(static_cast<std::size_t>(shape_.h_kv * tiles_per_head(prefill_.total_q, route.q_per_tile)), 1);
+      else
+        flags = route_tiles_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),
+                                 prefill_.k_len.data<std::int32_t>(), b_count, shape_.h_kv, shape_.group(),
+                                 prefill_.total_q, shape_.topk, route.q_per_tile);
       route.union_tile = flags.data();
     }
     const K2qCsr oracle = build_k2q_csr_routed(shape_, prefill_.batch(), prefill_.topk.view(), host, route);

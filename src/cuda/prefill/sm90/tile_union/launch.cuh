@@ -28,8 +28,9 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
   static_assert(Traits::kTileM == kTileUnionRows, "geometry.h describes this kernel's tile");
   static_assert(smem <= 227 * 1024, "shared memory plan exceeds the sm_90 limit");
   prefill_sm90::assert_supported(p.attn);
-  MSA_ASSERT(p.q_per_tile == (kDecode ? tile_union_decode_queries(p.attn.group)
-                                      : tile_union_queries_per_tile(p.attn.group, p.attn.topk)) &&
+  // The tile's limits (geometry.h); the prefill and the decode choose their own q_per_tile within them.
+  MSA_ASSERT(p.q_per_tile >= 1 && p.q_per_tile <= kTileUnionMaxQueries &&
+             p.q_per_tile * p.attn.topk <= kTileUnionMaxEntries && p.q_per_tile * p.attn.group <= kTileUnionRows &&
              p.batch >= 1 && p.tiles <= INT32_MAX / 2);
   MSA_ASSERT(p.topk != nullptr && (p.tile_list == nullptr) == (p.tile_count == nullptr));
   MSA_ASSERT(p.splits >= 1 && p.splits <= p.attn.slots && (p.splits == 1 || p.tile_list == nullptr));
