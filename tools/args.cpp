@@ -122,6 +122,14 @@ int ArgReader::page_size() {
   return p;
 }
 
+PrefillPath ArgReader::prefill_path() {
+  const std::string v = value();
+  if (v == "auto") return PrefillPath::kAuto;
+  if (v == "block-major") return PrefillPath::kBlockMajor;
+  if (v == "tile-union") return PrefillPath::kTileUnion;
+  bad(name_, "'" + v + "'", "expected auto, block-major or tile-union");
+}
+
 bool read_bench_option(ArgReader& r, AttentionShape& shape, std::uint64_t& seed, int& warmup, int& reps,
                        int max_h_kv) {
   const std::string& name = r.name();

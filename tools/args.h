@@ -39,6 +39,7 @@ class ArgReader {
   std::vector<bench::Request> requests(int max_tokens);
   bench::Selection selection();
   int page_size();  // 16, 32, 64, 128 or 0 (flat)
+  PrefillPath prefill_path();  // auto, block-major or tile-union
 
  private:
   std::string command_;

@@ -104,13 +104,7 @@ BenchOptions parse_bench_options(const std::vector<std::string>& args) {
       o.page_size = r.page_size();
       if (o.page_size == 0) r.bad(name, "0", "the benchmark uses paged K/V");
     } else if (name == "--q-per-item") o.q_per_item = r.integer(1, 4096);
-    else if (name == "--path") {
-      const std::string v = r.value();
-      if (v == "block-major") o.path = PrefillPath::kBlockMajor;
-      else if (v == "tile-union") o.path = PrefillPath::kTileUnion;
-      else if (v == "auto") o.path = PrefillPath::kAuto;
-      else r.bad(name, v, "expected auto, block-major or tile-union");
-    }
+    else if (name == "--path") o.path = r.prefill_path();
     else r.unknown();
   }
   check_bench_group(r, o.shape);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/workload.h"
+#include "msa/options.h"
 
 namespace msa::tool {
 
@@ -34,11 +35,14 @@ struct RunOptions {
   int h_kv = 2;
   int topk = 8;
   int page_size = 64;                          // 0 = flat varlen K/V
+  bool sinks = false;                          // sinks [h_q] (spec §6) in prefill and decode
+  PrefillPath prefill_path = PrefillPath::kAuto;
   std::optional<bench::Selection> selection;  // set: top-k rows come from this generator
   std::vector<bench::Request> requests{{640, 2000}, {384, 384}, {1, 1500}, {900, 1100}};
   int decode_batch = 4;
   int decode_q = 8;
   int decode_len = 2500;  // longest seq_len of the decode batch
+  bool decode_fp8 = false;  // FP8 E4M3 K/V (with descale factors) in the decode step
   int threads = 0;        // 0: the OpenMP default
   bool verify = true;
   bool help = false;

@@ -29,6 +29,7 @@ void copy_back(void* dst, const TensorView& src, std::size_t bytes) {
 struct DeviceWorkload::Buffers {
   std::vector<void*> owned;
   TensorView q, k, v, page_table, cu_seqlens_k, cu_seqlens_q, k_len, sinks, index_q, index_k;
+  TensorView k_fp8, v_fp8, k_descale, v_descale;  // set_fp8_kv (the decode's FP8 K/V)
   TensorView topk;           // [h_kv, total_q, K] (a transposed view when query-major)
   TensorView topk_storage;   // the memory as laid out: [h_kv, total_q, K] or [total_q, h_kv, K]
   bool query_major = false;
@@ -140,7 +141,10 @@ PrefillArgs DeviceWorkload::prefill_args() const {
 DecodeArgs DeviceWorkload::decode_args(int q_per_request) const {
   DecodeArgs a;
   a.q = b_->q;
-  a.kv = b_->cache(b_->k, b_->v);
+  const bool fp8 = b_->k_fp8.present();
+  a.kv = fp8 ? b_->cache(b_->k_fp8, b_->v_fp8) : b_->cache(b_->k, b_->v);
+  a.k_descale = b_->k_descale;
+  a.v_descale = b_->v_descale;
   a.seq_len = b_->k_len;
   a.topk = b_->topk_storage;
   a.topk_head_major = !b_->query_major;
@@ -165,6 +169,15 @@ void DeviceWorkload::set_topk(const bench::HostTensor& head_major) {
   }
   const bench::HostTensor qm = bench::query_major_topk(head_major);
   check(cudaMemcpy(t.data, qm.raw(), qm.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+}
+
+void DeviceWorkload::set_fp8_kv(const bench::Workload& w, const bench::Fp8Kv& f) {
+  Buffers& b = *b_;
+  const KvCache kv = w.kv();
+  b.k_fp8 = b.upload(f.k, bench::retyped(kv.k, f.k));
+  b.v_fp8 = b.upload(f.v, bench::retyped(kv.v, f.v));
+  b.k_descale = b.upload(f.k_descale, f.k_descale.view());
+  b.v_descale = b.upload(f.v_descale, f.v_descale.view());
 }
 
 void DeviceWorkload::get_topk(bench::HostTensor& head_major) const {
@@ -206,6 +219,7 @@ PrefillArgs DeviceWorkload::prefill_args() const { return {}; }
 DecodeArgs DeviceWorkload::decode_args(int) const { return {}; }
 void DeviceWorkload::set_scores(const bench::HostTensor&) {}
 void DeviceWorkload::set_topk(const bench::HostTensor&) {}
+void DeviceWorkload::set_fp8_kv(const bench::Workload&, const bench::Fp8Kv&) {}
 void DeviceWorkload::get_topk(bench::HostTensor&) const {}
 void DeviceWorkload::get_scores(bench::HostTensor&) const {}
 void DeviceWorkload::get_outputs(bench::HostTensor&, bench::HostTensor&) const {}

@@ -33,6 +33,9 @@ class DeviceWorkload {
   // Host <-> device copies of the intermediates (synchronous).
   void set_scores(const bench::HostTensor& scores);    // [h_i, total_q, score_cols]
   void set_topk(const bench::HostTensor& head_major);  // [h_kv, total_q, K]
+  // FP8 E4M3 K/V for the decode (w's views retyped to f's codes, with f's descale factors):
+  // decode_args() reads these from then on.
+  void set_fp8_kv(const bench::Workload& w, const bench::Fp8Kv& f);
   void get_topk(bench::HostTensor& head_major) const;
   void get_scores(bench::HostTensor& scores) const;
   void get_outputs(bench::HostTensor& out, bench::HostTensor& lse) const;

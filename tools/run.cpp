@@ -133,6 +133,7 @@ class Pipeline {
     s.requests = requests;
     s.page_size = o_.page_size;
     s.selection = o_.selection.value_or(bench::Selection::kRandom);
+    s.sinks = o_.sinks;
     s.h_i = o_.h_kv;
     s.seed = seed;
     return s;
@@ -147,6 +148,7 @@ class Pipeline {
     Options opt;
     opt.backend = backend(s).backend;
     opt.strict = true;
+    opt.prefill_path = o_.prefill_path;
     return opt;
   }
   StageRow& begin(Stage s) {
@@ -279,12 +281,14 @@ class Pipeline {
     // The CUDA planner under PrefillPath::kAuto routes tiles to the tile-union kernel first:
     // their rows are left out of the plan (the rule's CPU twin says which), or all of them
     // where the cost model, given the device batch's bound, skips the plan (union_only_batch).
+    // Under PrefillPath::kTileUnion every tile goes there and nothing is planned.
     std::vector<std::uint8_t> flags;
     TileRoute route;
-    if (opt.backend == Backend::kCuda && opt.prefill_path == PrefillPath::kAuto && prefill_.total_q > 0) {
+    if (opt.backend == Backend::kCuda && opt.prefill_path != PrefillPath::kBlockMajor && prefill_.total_q > 0) {
       route.q_per_tile = cuda::tile_union_queries_per_tile(shape_.group(), shape_.topk);
       const auto b_count = static_cast<int>(o_.requests.size());
-      if (union_only_batch(nullptr, nullptr, b_count, prefill_.total_q, score_cols(prefill_) * kBlockSize, shape_.h_kv,
+      if (opt.prefill_path == PrefillPath::kTileUnion ||
+          union_only_batch(nullptr, nullptr, b_count, prefill_.total_q, score_cols(prefill_) * kBlockSize, shape_.h_kv,
                            shape_.group(), shape_.topk, route.q_per_tile))
         flags.assign(static_cast<std::size_t>(shape_.h_kv * tiles_per_head(prefill_.total_q, route.q_per_tile)), 1);
       else
@@ -345,10 +349,19 @@ class Pipeline {
     StageRow& row = begin(Stage::kDecode);
     const std::vector<bench::Request> requests = decode_requests(o_);
     bench::Workload w = bench::make_workload(spec(requests, o_.seed + 1));
+    // FP8 K/V: w's K/V become the dequantised codes (what the reference reads), the codes and
+    // their factors (not powers of two) go to the decode.
+    std::optional<bench::Fp8Kv> fp8;
+    if (o_.decode_fp8) {
+      std::vector<float> k_factors;
+      for (int h = 0; h < shape_.h_kv; ++h) k_factors.push_back(0.0117f * (1.f + 0.37f * static_cast<float>(h)));
+      fp8 = bench::quantise_kv_fp8(w, k_factors, {0.0093f});
+    }
     // On the device the top-k rows live in the MSA decode layout [B * Q, h_kv, K]: the top-k
     // writes them there through a transposed view and the decode reads them as they are.
     std::optional<DeviceWorkload> dev;
     if (any_cuda()) dev.emplace(w, score_cols(w), /*query_major_topk=*/true);
+    if (dev && fp8) dev->set_fp8_kv(w, *fp8);
     HostTensor scores;
     if (!o_.selection) {
       // Decode queries are varlen rows with q_len = Q and k_len = seq_len.
@@ -368,16 +381,23 @@ class Pipeline {
       DecodeArgs args;
       args.q = w.q.view();
       args.kv = w.kv();
+      if (fp8) {
+        args.kv.k = bench::retyped(args.kv.k, fp8->k);
+        args.kv.v = bench::retyped(args.kv.v, fp8->v);
+        args.k_descale = fp8->k_descale.view();
+        args.v_descale = fp8->v_descale.view();
+      }
       args.seq_len = w.k_len.view();
       args.topk = topk_qm.view();
       args.q_per_request = o_.decode_q;
+      args.sinks = w.sinks.view();
       args.out = out.view();
       args.lse = lse.view();
       row.ms = time_ms([&] { op.run(args); });
     }
     row.flops = bench::attention_flops(shape_, bench::count_selection(w.topk.view(), requests));
-    row.detail = format("B %d x Q %d, %s top-k", o_.decode_batch, o_.decode_q,
-                        o_.selection ? bench::selection_name(*o_.selection) : "indexer");
+    row.detail = format("B %d x Q %d, %s top-k%s", o_.decode_batch, o_.decode_q,
+                        o_.selection ? bench::selection_name(*o_.selection) : "indexer", fp8 ? ", FP8 E4M3 K/V" : "");
     if (!o_.verify) return;
     // The step's own selection first (its indexer and top-k ran on the decode batch).
     if (!o_.selection) {
@@ -407,6 +427,8 @@ class Pipeline {
                 shape_.h_q, shape_.h_kv, shape_.d, shape_.topk, shape_.h_kv,
                 o_.page_size ? format("page_size %d (random page permutation)", o_.page_size).c_str() : "flat K/V",
                 static_cast<unsigned long long>(o_.seed), omp_get_max_threads());
+    if (o_.sinks || o_.prefill_path != PrefillPath::kAuto)
+      std::printf("  %sprefill path %s\n", o_.sinks ? "sinks, " : "", prefill_path_name(o_.prefill_path));
     std::printf("  decode B %d x Q %d, seq_len %s\n", o_.decode_batch, o_.decode_q,
                 requests_string(decode_requests(o_), false).c_str());
     if (o_.backend == BackendChoice::kAuto && cuda_available())

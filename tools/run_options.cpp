@@ -37,13 +37,15 @@ std::string run_usage() {
          "\n"
          "options (default in brackets):\n"
          "  --backend auto|cpu|cuda  per stage; auto: cuda where a GPU is visible and the CUDA\n"
-         "                           backend implements the stage (plan, prefill), else cpu\n"
-         "                           [auto]\n"
+         "                           backend implements the stage, else cpu [auto]\n"
          "  --seed N                 workload seed [" + std::to_string(d.seed) + "]\n"
          "  --h-q N                  query heads, a multiple of h_kv, group <= 16 [" + std::to_string(d.h_q) + "]\n"
          "  --h-kv N                 KV heads (= index heads) [" + std::to_string(d.h_kv) + "]\n"
          "  --topk N                 selected blocks per row, 1..32 [" + std::to_string(d.topk) + "]\n"
          "  --page-size N            16, 32, 64, 128, or 0 = flat varlen K/V [" + std::to_string(d.page_size) + "]\n"
+         "  --sinks                  attention sinks [h_q] in the prefill and the decode\n"
+         "  --prefill-path NAME      auto|block-major|tile-union: the CUDA prefill's kernels\n"
+         "                           (Options::prefill_path) [auto]\n"
          "  --selection NAME         random|tile-shared|clustered|all: top-k rows from this\n"
          "                           generator instead of the indexer [indexer + top-k]\n"
          "  --requests q:k,...       prefill batch: q_len new tokens, k_len final length\n"
@@ -52,6 +54,9 @@ std::string run_usage() {
          "  --decode-q N             queries per decode request Q, 1..16 [" + std::to_string(d.decode_q) + "]\n"
          "  --decode-len N           longest decode seq_len; the others spread down to about\n"
          "                           half [" + std::to_string(d.decode_len) + "]\n"
+         "  --decode-kv NAME         bf16|fp8: the decode step's K/V cache, fp8 = E4M3 codes\n"
+         "                           with descale factors per KV head (K) and per tensor (V)\n"
+         "                           [bf16]\n"
          "  --threads N              OpenMP threads [OpenMP default]\n"
          "  --no-verify              time only, skip every check\n"
          "  -h, --help               this text\n";
@@ -76,11 +81,17 @@ RunOptions parse_run_options(const std::vector<std::string>& args) {
     else if (name == "--topk") o.topk = r.integer(1, 32);
     else if (name == "--page-size") o.page_size = r.page_size();
     else if (name == "--selection") o.selection = r.selection();
+    else if (name == "--sinks") r.no_value(), o.sinks = true;
+    else if (name == "--prefill-path") o.prefill_path = r.prefill_path();
     else if (name == "--requests") o.requests = r.requests(kMaxTokens);
     else if (name == "--decode-batch") o.decode_batch = r.integer(1, 1024);
     else if (name == "--decode-q") o.decode_q = r.integer(1, 16);
     else if (name == "--decode-len") o.decode_len = r.integer(1, kMaxTokens);
-    else if (name == "--threads") o.threads = r.integer(1, 1024);
+    else if (name == "--decode-kv") {
+      const std::string v = r.value();
+      if (v == "bf16" || v == "fp8") o.decode_fp8 = v == "fp8";
+      else r.bad(name, "'" + v + "'", "expected bf16 or fp8");
+    } else if (name == "--threads") o.threads = r.integer(1, 1024);
     else r.unknown();
   }
   if (o.h_q % o.h_kv != 0)

@@ -124,6 +124,20 @@ TEST(HostileCuda, StrictModeChecksDeviceTopkAndLengths) {
   EXPECT_NO_THROW(strict.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr));
 }
 
+// Strict mode copies device batch and top-k to the host to check them: requests without new
+// tokens (total_q 0, an empty top-k) are valid, on every path, in plan() and run().
+TEST(HostileCuda, StrictModeAcceptsAnEmptyDeviceBatch) {
+  MSA_SKIP_WITHOUT_GPU();
+  DeviceCase c(spec_of(64, {{0, 900}, {0, 3}}, 23));
+  ASSERT_EQ(c.w.total_q, 0);
+  for (const auto path : {msa::PrefillPath::kAuto, msa::PrefillPath::kBlockMajor, msa::PrefillPath::kTileUnion}) {
+    msa::SparsePrefill strict(c.w.spec.shape, cuda_options(true, path));
+    EXPECT_NO_THROW(strict.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr)) << msa::prefill_path_name(path);
+    EXPECT_NO_THROW(strict.run(c.a, nullptr)) << msa::prefill_path_name(path);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 // Page-table entries out of range (and a table narrower than the requests): strict run() names
 // the entry; otherwise those pages' tokens are invisible, as in the CPU oracle
 // (cpu::sparse_prefill_gather skips them), on both kernels.

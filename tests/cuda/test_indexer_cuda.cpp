@@ -351,6 +351,10 @@ TEST(IndexerCuda, EmptyBatchAndArgumentErrors) {
   msa::Indexer op(c.h_i, 128, 0.f, cuda_options());
   op.run(in.args(d_scores.view));  // no rows: no launch
   CUDA_OK(cudaDeviceSynchronize());
+  // Strict mode reads the device batch on the host: an empty batch is no error.
+  msa::Indexer strict(c.h_i, 128, 0.f, cuda_options(/*strict=*/true));
+  EXPECT_NO_THROW(strict.run(in.args(d_scores.view)));
+  CUDA_OK(cudaDeviceSynchronize());
   try {  // host scores on the CUDA backend are named
     op.run(in.args(scores.view()));
     FAIL() << "no msa::Error";

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ struct RouteCase {
   bool adversarial;
   Expect expect;
 };
+// Test names in CTest and gtest output: the case name, not the struct bytes.
+void PrintTo(const RouteCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<RouteCase> route_cases() {
   const std::vector<Request> chunked = {{700, 2000}, {1, 1500}, {0, 300}, {384, 384}, {129, 1300}};

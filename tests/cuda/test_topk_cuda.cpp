@@ -262,6 +262,10 @@ TEST(TopkCuda, EmptyBatchRowsAndShapeErrors) {
   msa::TopK op(8, cuda_options());
   op.run({d_scores.view, {d_cu.view, d_k_len.view}, d_out.view});  // no rows: no launch
   CUDA_OK(cudaDeviceSynchronize());
+  // Strict mode reads the device batch and scores on the host: empty scores are no error.
+  msa::TopK strict(8, cuda_options(/*strict=*/true));
+  EXPECT_NO_THROW(strict.run({d_scores.view, {d_cu.view, d_k_len.view}, d_out.view}));
+  CUDA_OK(cudaDeviceSynchronize());
   // A host scores tensor on the CUDA backend is named.
   try {
     op.run({scores.view(), {d_cu.view, d_k_len.view}, d_out.view});

@@ -5,7 +5,8 @@
 namespace msa::cuda {
 
 TensorView HostMirrors::mirror(const TensorView& t, cudaStream_t stream) {
-  if (!t.present() || t.device == Device::kCpu || t.numel() == 0) return t;
+  if (!t.present() || t.device == Device::kCpu) return t;
+  if (t.numel() == 0) return as_host(t);  // nothing to copy, but a host view all the same
   std::int64_t span = 1;
   for (int i = 0; i < t.rank; ++i) span += (t.dim(i) - 1) * t.stride[i];
   const std::size_t bytes = static_cast<std::size_t>(span) * dtype_size(t.dtype);
