@@ -5,7 +5,7 @@ Each case is one `msa run --backend cuda` (indexer -> top-k -> plan -> prefill -
 stage verified as `msa run` verifies it) on a configuration drawn from the seed: G 1..16,
 h_kv 1..8, top-k 1..32, page sizes 16..128 and flat K/V, the four selection generators or the
 indexer's own top-k, sinks, the three prefill paths, batches of 1-40 requests with q_len 0..k_len
-and lengths that are not multiples of 128, and decode batches of 1-64 requests of 1-16 queries
+and lengths that are not multiples of 128, small chunks on prefixes of up to 256k tokens, and decode batches of 1-64 requests of 1-16 queries
 on BF16 or FP8 E4M3 K/V.
 Sizes are capped so that the CPU reference of a case takes a few seconds on the GPU machine.
 
@@ -37,6 +37,9 @@ PATHS = ["auto", "auto", "auto", "block-major", "tile-union"]
 # Reference work per case: (query, head, visible key) triples the FP64 gather visits.
 MAX_PREFILL_TRIPLES = 6e7
 MAX_DECODE_TRIPLES = 3e7
+# Host K/V, index-K and page generation per case: (token, KV head) pairs of all requests
+# (a decode batch of 64 x 130k tokens on 4 KV heads took over 2 minutes to generate).
+MAX_TOKEN_HEADS = 6e6
 
 
 def log_uniform(rng, lo, hi):
@@ -45,7 +48,9 @@ def log_uniform(rng, lo, hi):
 
 def draw_requests(rng):
     shape = rng.random()
-    if shape < 0.15:  # many tiny requests: tiles that span requests
+    if shape < 0.2:  # small chunks on long cached prefixes (the planner's large-prefix paths)
+        return [(rng.randint(0, 600), log_uniform(rng, 20000, 262144)) for _ in range(rng.choice([1, 1, 2, 4]))]
+    if shape < 0.35:  # many tiny requests: tiles that span requests
         count = rng.randint(10, 40)
         out = []
         for _ in range(count):
@@ -87,12 +92,14 @@ def draw_case(seed, index, backend):
     topk = rng.choice(TOPKS)
     selection = rng.choice(SELECTIONS)
     requests = draw_requests(rng)
-    while prefill_triples(requests, h_q, topk, selection) > MAX_PREFILL_TRIPLES:
+    while (prefill_triples(requests, h_q, topk, selection) > MAX_PREFILL_TRIPLES
+           or sum(k for _, k in requests) * h_kv > MAX_TOKEN_HEADS):
         requests = [(q // 2, max(k // 2, q // 2, 1)) for q, k in requests]
     decode_batch = rng.choice([1, 1, 2, 3, 4, 8, 16, 33, 64])
     decode_q = rng.choice([1, 1, 2, 3, 4, 7, 8, 8, 12, 16])
-    decode_len = max(decode_q, log_uniform(rng, 1, 30000))
-    while decode_len > decode_q and decode_batch * decode_q * h_q * min(decode_len, topk * 128) > MAX_DECODE_TRIPLES:
+    decode_len = max(decode_q, log_uniform(rng, 1, 30000 if rng.random() < 0.85 else 200000))
+    while decode_len > decode_q and (decode_batch * decode_q * h_q * min(decode_len, topk * 128) > MAX_DECODE_TRIPLES
+                                     or decode_batch * decode_len * h_kv > MAX_TOKEN_HEADS):
         decode_len = max(decode_q, decode_len // 2)
     args = [
         "run", "--backend", backend,
