@@ -51,11 +51,20 @@ std::int64_t edges_below(std::int64_t x, int topk) {
 bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                       std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk, int q_per_tile) {
   if (batch <= 0 || total_q <= 0 || h_kv <= 0 || group <= 0 || topk <= 0 || q_per_tile <= 0) return false;
-  const std::uint64_t budget = kRoutedCallCost / static_cast<std::uint64_t>(h_kv);  // per KV head
-  const auto extra = [group](std::uint64_t unions, std::uint64_t edges) -> std::uint64_t {
+  const auto heads = static_cast<std::uint64_t>(h_kv);
+  const std::uint64_t budget = kRoutedCallCost / heads;  // per KV head
+  // Per KV head: the union kernel's cost beyond the per-tile choice, the choice's own cost, and
+  // the largest tile's union bound.
+  std::uint64_t excess = 0, chosen = 0, largest = 0;
+  const auto add = [&](std::uint64_t unions, std::uint64_t edges, std::uint64_t tiles) {
     const std::uint64_t u = union_path_cost(unions), b = block_major_path_cost(edges, group);
-    return u > b ? u - b : 0;
+    excess += tiles * (u > b ? u - b : 0);
+    chosen += tiles * std::min(u, b);
+    largest = std::max(largest, unions);
+    return excess <= budget;
   };
+  // The critical path: the largest tile, run by one CTA, within the routed call's time.
+  const auto fits = [&] { return kUnionSms * union_path_cost(largest) <= kRoutedCallCost + heads * chosen; };
   if (cu_seqlens_q == nullptr || k_len == nullptr) {
     if (batch == 1 && total_q <= INT32_MAX && max_k_len <= INT32_MAX) {  // one request at the bound
       const std::int32_t cu[2] = {0, static_cast<std::int32_t>(total_q)};
@@ -67,11 +76,12 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
     const std::int64_t unions =
         std::min(std::min<std::int64_t>(batch, q_per_tile) * blocks, std::int64_t(q_per_tile) * topk);
     const std::int64_t edges = std::int64_t(q_per_tile) * std::min<std::int64_t>(topk, blocks);
-    const std::uint64_t per_tile = extra(static_cast<std::uint64_t>(unions), static_cast<std::uint64_t>(edges));
-    return per_tile == 0 || per_tile * static_cast<std::uint64_t>(tiles_per_head(total_q, q_per_tile)) <= budget;
+    return add(static_cast<std::uint64_t>(unions), static_cast<std::uint64_t>(edges),
+               static_cast<std::uint64_t>(tiles_per_head(total_q, q_per_tile))) &&
+           fits();
   }
   // The tiles in ascending order; a tile may hold the end of one request and the start of the next.
-  std::uint64_t excess = 0, unions = 0, edges = 0;
+  std::uint64_t unions = 0, edges = 0;
   std::int64_t tile = -1;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t q0 = cu_seqlens_q[b], q_len = cu_seqlens_q[b + 1] - q0;
@@ -81,8 +91,7 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
     const std::int64_t kl_blocks = (kl + kBlockSize - 1) / kBlockSize;
     for (std::int64_t t = q0 / q_per_tile; t <= (q1 - 1) / q_per_tile; ++t) {
       if (t != tile) {
-        excess += extra(unions, edges);
-        if (excess > budget) return false;
+        if (tile >= 0 && !add(unions, edges, 1)) return false;
         tile = t;
         unions = edges = 0;
       }
@@ -96,12 +105,12 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
         const std::int64_t v = p_first / kBlockSize + 1;
         const std::int64_t block_end = v * kBlockSize - 1;
         const std::int64_t t_end = std::min(t + (block_end - p_last) / q_per_tile, q1 / q_per_tile - 1);
-        excess += static_cast<std::uint64_t>(t_end - t + 1) *
-                  extra(static_cast<std::uint64_t>(std::min<std::int64_t>(v, std::int64_t(q_per_tile) * topk)),
-                        static_cast<std::uint64_t>(std::int64_t(q_per_tile) * std::min<std::int64_t>(topk, v)));
-        if (excess > budget) return false;
+        if (!add(static_cast<std::uint64_t>(std::min<std::int64_t>(v, std::int64_t(q_per_tile) * topk)),
+                 static_cast<std::uint64_t>(std::int64_t(q_per_tile) * std::min<std::int64_t>(topk, v)),
+                 static_cast<std::uint64_t>(t_end - t + 1)))
+          return false;
         t = t_end;
-        tile = t_end;
+        tile = -1;  // the run is added; the next tile starts afresh
         continue;
       }
       const std::int64_t seen = p_last < 0 ? 0 : std::min(p_last / kBlockSize + 1, kl_blocks);
@@ -109,7 +118,7 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
       edges += static_cast<std::uint64_t>(edges_below(p_last + 1, topk) - edges_below(p_first, topk));
     }
   }
-  return excess + extra(unions, edges) <= budget;
+  return (tile < 0 || add(unions, edges, 1)) && fits();
 }
 
 }  // namespace msa

@@ -64,6 +64,12 @@ MSA_HOST_DEVICE constexpr bool union_path_wins(std::uint64_t union_blocks, std::
 // the block-major kernel's and the combine's launches and tails, about 0.1 ms in all at S =
 // 5k-8k (step 31), some 6900 union block steps.
 inline constexpr std::uint64_t kRoutedCallCost = 6900 * kUnionBlockCost * 128;
+// The costs above are the GPU's time with every SM busy. The union kernel runs one CTA per SM
+// (132 on the H100 and H200 they were fitted on) and a tile's union blocks in series, so a tile
+// takes kUnionSms times its cost in time: with fewer tiles than SMs the largest tile bounds the
+// call (16 new tokens on a 16k prefix: 2 tiles per KV head of 128 union blocks, 0.17 ms on the
+// union kernel against 0.05 routed; docs/performance.md, step 32).
+inline constexpr std::uint64_t kUnionSms = 132;
 
 // A routing of the tiles of one problem: union_tile[tile] != 0 sends the tile's (query, KV
 // head) rows to the tile-union kernel; the k2q plan then holds none of their edges and gives
@@ -85,7 +91,8 @@ struct TileRoute {
 // chooses min(topk, visible) blocks), and adds, over the tiles and KV heads, what the union
 // kernel costs beyond the per-tile rule's choice; a tile whose bound the rule sends to the union
 // kernel adds nothing. The sum stops once it passes the fixed cost, so long contexts decide
-// after a few tiles. With the batch on the device (cu_seqlens_q / k_len null) one request is
+// after a few tiles. The largest tile's serial time (kUnionSms times its cost) must also fit in
+// the routed call's time, so that a few large tiles (small chunks on long prefixes) are routed. With the batch on the device (cu_seqlens_q / k_len null) one request is
 // taken at max_k_len with all total_q queries; more requests are each taken at max_k_len in
 // every tile, min(batch, q_per_tile) of them a tile.
 bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,

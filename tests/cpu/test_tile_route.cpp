@@ -106,17 +106,33 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
   EXPECT_FALSE(union_only_batch(nullptr, nullptr, 0, 0, 0, 4, 16, 16, 8));
   EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 0, 100, 4, 16, 16, 8));  // no query
   // Two host requests share tile 0 (queries 0-4 and 5-7), both at positions 4088-4095 of 4096
-  // tokens: union 32 + 32 over 128 edges adds 24 576; tile 1 (5 queries) 32 * 1024 - 80 * 320.
+  // tokens: union 32 + 32 over 128 edges adds 24 576; tile 1 (5 queries) 32 * 1024 - 80 * 320,
+  // within the budget. But only 2 tiles a head: tile 0 alone takes 132 * 64 * 1024 = 8 650 752,
+  // more than the routed call's 6900 * 1024 + 4 * (40 960 + 25 600): planned. 3 blocks of
+  // 4096 tokens (union 2 * 3 and 3) fit.
   const std::vector<std::int32_t> cu2 = {0, 5, 13}, k2 = {4096, 4096};
-  EXPECT_TRUE(union_only_batch(cu2.data(), k2.data(), 2, 13, 4096, 4, 16, 16, 8));
+  EXPECT_FALSE(union_only_batch(cu2.data(), k2.data(), 2, 13, 4096, 4, 16, 16, 8));
+  const std::vector<std::int32_t> k2s = {300, 300};
+  EXPECT_TRUE(union_only_batch(cu2.data(), k2s.data(), 2, 13, 300, 4, 16, 16, 8));
   // The same at G = 1 with 64 KV heads: the budget is 110 400 a head; tile 0 (16 queries: 13)
-  // adds 64 * 1024 - 13 * 16 * 37.
-  EXPECT_TRUE(union_only_batch(cu2.data(), k2.data(), 2, 13, 4096, 64, 1, 16, 16));
+  // adds 64 * 1024 - 13 * 16 * 37, within it, but its union of 64 is again the critical path.
+  EXPECT_FALSE(union_only_batch(cu2.data(), k2.data(), 2, 13, 4096, 64, 1, 16, 16));
+  EXPECT_TRUE(union_only_batch(cu2.data(), k2s.data(), 2, 13, 300, 64, 1, 16, 16));
   // Eight one-query requests on 8192 tokens in one tile: union 8 * 16 over 128 edges adds
-  // 88 * 1024 once; a thousand such tiles pass the budget.
+  // 88 * 1024 once, within the budget, but one CTA a head runs 128 union blocks: planned; and
+  // a thousand such tiles pass the budget.
   std::vector<std::int32_t> cu8(9), k8(8, 8192);
   for (int i = 0; i <= 8; ++i) cu8[static_cast<std::size_t>(i)] = i;
-  EXPECT_TRUE(union_only_batch(cu8.data(), k8.data(), 8, 8, 8192, 4, 16, 16, 8));
+  EXPECT_FALSE(union_only_batch(cu8.data(), k8.data(), 8, 8, 8192, 4, 16, 16, 8));
+  // The critical path (kUnionSms = 132 times the largest tile's union cost, against 6900 * 1024
+  // plus the rule's choice over all tiles): 16 new tokens on a 16k prefix make 2 tiles a head
+  // of union 128 (132 * 128 * 1024, routed); one new token, one tile of union 16 (132 * 16 *
+  // 1024 = 2 162 688, plan-free); 4 one-token requests on 64k in one tile, union 64 (routed).
+  EXPECT_FALSE(one(16, 16384, 4, 16));
+  EXPECT_TRUE(one(1, 16384, 4, 16));
+  const std::vector<std::int32_t> cu4 = {0, 1, 2, 3, 4}, k4(4, 65536);
+  EXPECT_FALSE(union_only_batch(cu4.data(), k4.data(), 4, 4, 65536, 4, 16, 16, 8));
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 4, 4, 65536, 4, 16, 16, 8));
   std::vector<std::int32_t> cu_many(8001), k_many(8000, 8192);
   for (int i = 0; i <= 8000; ++i) cu_many[static_cast<std::size_t>(i)] = i;
   EXPECT_FALSE(union_only_batch(cu_many.data(), k_many.data(), 8000, 8000, 8192, 4, 16, 16, 8));
@@ -125,12 +141,14 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
 // union_only_batch against its definition, query by query: each tile's union bound (per request
 // in it, the blocks its last query there sees, at most topk per query) and edges (min(topk,
 // visible) per query), what the union kernel costs beyond the rule's choice summed over the
-// tiles and heads, against kRoutedCallCost. Random batches near that budget (64 KV heads make
-// it small), so both answers occur; tiles spanning requests, empty requests, q_len = k_len.
+// tiles and heads, against kRoutedCallCost; and the largest tile's serial time (kUnionSms times
+// its union cost) against the routed call (kRoutedCallCost plus the rule's choice over every tile
+// and head). Random batches near that budget (64 KV heads make it small), so both answers occur;
+// tiles spanning requests, empty requests, q_len = k_len.
 bool union_only_by_definition(const std::vector<std::int32_t>& cu, const std::vector<std::int32_t>& kl, int h_kv,
                               int group, int topk, int q_per_tile) {
   const std::int64_t total_q = cu.back();
-  std::uint64_t excess = 0;
+  std::uint64_t excess = 0, chosen = 0, largest = 0;
   for (std::int64_t t0 = 0; t0 < total_q; t0 += q_per_tile) {
     std::uint64_t unions = 0, edges = 0;
     for (std::size_t b = 0; b + 1 < cu.size(); ++b) {
@@ -147,8 +165,12 @@ bool union_only_by_definition(const std::vector<std::int32_t>& cu, const std::ve
     }
     const std::uint64_t u = msa::union_path_cost(unions), bm = msa::block_major_path_cost(edges, group);
     excess += u > bm ? u - bm : 0;
+    chosen += std::min(u, bm);
+    largest = std::max(largest, unions);
   }
-  return excess * static_cast<std::uint64_t>(h_kv) <= msa::kRoutedCallCost;
+  const auto heads = static_cast<std::uint64_t>(h_kv);
+  return excess * heads <= msa::kRoutedCallCost &&
+         msa::kUnionSms * msa::union_path_cost(largest) <= msa::kRoutedCallCost + heads * chosen;
 }
 
 TEST(TileRoute, UnionOnlyBatchMatchesItsDefinition) {
