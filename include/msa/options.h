@@ -33,9 +33,10 @@ enum class PrefillPath : std::uint8_t {
   // both, each on its share. No host synchronisation, and run() stays capturable. The default.
   // The plan (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1.
   // Where the model, given the batch alone (each tile's union at its bound), finds every tile
-  // cheaper on the tile-union kernel than the routed call with its fixed cost (short contexts:
-  // one request up to 6912 tokens at G = 16, K = 16), every tile goes there as with
-  // kTileUnion, and plan() launches nothing.
+  // cheaper on the tile-union kernel than the routed call with its fixed cost, its largest
+  // tile included (short contexts: one request up to 6912 tokens at G = 16, K = 16; not small
+  // chunks on long prefixes, whose few tiles each hold a large union), every tile goes there as
+  // with kTileUnion, and plan() launches nothing.
   kAuto,
 };
 const char* prefill_path_name(PrefillPath p);
