@@ -92,9 +92,10 @@ struct TileRoute {
 // kernel costs beyond the per-tile rule's choice; a tile whose bound the rule sends to the union
 // kernel adds nothing. The sum stops once it passes the fixed cost, so long contexts decide
 // after a few tiles. The largest tile's serial time (kUnionSms times its cost) must also fit in
-// the routed call's time, so that a few large tiles (small chunks on long prefixes) are routed. With the batch on the device (cu_seqlens_q / k_len null) one request is
-// taken at max_k_len with all total_q queries; more requests are each taken at max_k_len in
-// every tile, min(batch, q_per_tile) of them a tile.
+// the routed call's time, so that a few large tiles (small chunks on long prefixes) are routed.
+// With the batch on the device (cu_seqlens_q / k_len null) one request is taken at max_k_len
+// with all total_q queries; more requests are each taken at max_k_len in every tile,
+// min(batch, q_per_tile) of them a tile.
 bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                       std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk, int q_per_tile);
 
