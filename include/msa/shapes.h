@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "msa/options.h"
 #include "msa/tensor.h"
 
 namespace msa {
@@ -35,6 +36,13 @@ struct VarlenBatch {
   TensorView cu_seqlens_q;  // [B + 1] int32, non-decreasing, cu_seqlens_q[0] = 0
   TensorView k_len;         // [B] int32
 };
+
+// k_len from KV offsets (cu_seqlens_k [B + 1] int32, as engines and the MSA wrappers keep
+// them): lengths[b] = offsets[b + 1] - offsets[b] for b < B, into lengths [B] int32 (which must
+// not overlap offsets). Host tensors are computed on the calling thread; CUDA tensors by one
+// kernel on `stream` (no synchronisation, capturable in a graph). Values are not checked: the
+// operators check the lengths they read.
+void lengths_from_offsets(const TensorView& offsets, const TensorView& lengths, cudaStream_t stream = nullptr);
 
 // KV storage. Paged: k, v are [num_pages, h_kv, page_size, d] (last dim contiguous, other
 // strides free) and page_table [B, max_pages] int32 maps token t of request b to slot

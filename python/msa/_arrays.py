@@ -5,6 +5,7 @@ new buffers of the same kind, the stream to run on, and msa.Error raised from Py
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from . import _msa
 
@@ -50,7 +51,16 @@ def library_of(x, name: str):
 
 def is_cuda(x) -> bool:
     """True for an array in CUDA device memory (DLPack device type kDLCUDA)."""
+    flag = getattr(x, "is_cuda", None)  # a torch tensor's attribute: 0.1 us against 0.8 for the DLPack query
+    if type(flag) is bool:
+        return flag
     return x.__dlpack_device__()[0] == _DLPACK_CUDA
+
+
+def _torch_device(x):
+    """x.device for a torch tensor (torch already imported by the caller), else None."""
+    torch = sys.modules.get("torch")
+    return x.device if torch is not None and isinstance(x, torch.Tensor) else None
 
 
 def dtype_name(dtype) -> str:
@@ -76,8 +86,12 @@ def empty(like, shape, dtype: str, name: str):
 def same_kind(buf, like, shape, dtype: str) -> bool:
     """True when buf (None: False) is an array of like's library and device with this shape and
     dtype: a buffer a wrapper can keep from one plan() to the next."""
-    return (type(buf) is type(like) and tuple(buf.shape) == tuple(shape) and dtype_name(buf.dtype) == dtype
-            and buf.__dlpack_device__() == like.__dlpack_device__())
+    if type(buf) is not type(like) or tuple(buf.shape) != tuple(shape) or dtype_name(buf.dtype) != dtype:
+        return False
+    device = _torch_device(buf)
+    if device is not None:
+        return device == like.device
+    return buf.__dlpack_device__() == like.__dlpack_device__()
 
 
 def stream_of(stream, *arrays) -> int:
@@ -89,6 +103,11 @@ def stream_of(stream, *arrays) -> int:
         if t is not None and getattr(t, "is_cuda", False):
             import torch  # only reached with torch tensors
 
+            # The raw handle, as Triton reads it: 0.2 us, where building the Stream object of
+            # torch.cuda.current_stream() takes 3.7 (torch 2.11); the public call where it is absent.
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None:
+                return int(raw(t.device.index))
             return int(torch.cuda.current_stream(t.device).cuda_stream)
     return 0
 

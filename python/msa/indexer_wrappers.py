@@ -178,8 +178,11 @@ class BatchPrefillIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
         """Re-reads the planned ``cu_seqlens_k`` (new lengths written into it in place)."""
         if self._k_len is None:
             raise error("plan", "none", "call plan() before replan()")
-        xp = library_of(self._cu_seqlens_k, "cu_seqlens_k")
-        xp.subtract(self._cu_seqlens_k[1:], self._cu_seqlens_k[:-1], out=self._k_len)
+        try:
+            with on_device_of(self._cu_seqlens_k):
+                _msa.lengths_from_offsets(self._cu_seqlens_k, self._k_len, stream_of(None, self._cu_seqlens_k))
+        except _msa.Error as e:
+            raise renamed(e, {"offsets": "cu_seqlens_k"}) from None
         self._planned = True
 
     def run(self, q, paged_k_cache, *, out=None):

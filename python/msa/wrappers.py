@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 
 from . import _msa
-from ._arrays import dtype_name, empty, error, is_cuda, library_of, on_device_of, renamed, same_kind, stream_of
+from ._arrays import dtype_name, empty, error, is_cuda, on_device_of, renamed, same_kind, stream_of
 
 # The C++ layer's argument names, as the wrapper's caller spells them.
 _PREFILL_NAMES = {
+    "offsets": "cu_seqlens_k",
     "topk": "topk_indices",
     "k_len": "cu_seqlens_k (as lengths) k_len",
     "k": "paged_kv_cache[0]",
@@ -136,18 +137,13 @@ class _Wrapper:
             self._lse = empty(like, (rows, h_q), "float32", "lse")
 
     def _kv_pair(self, paged_kv_cache, paged: bool):
+        """k, v and whether they are paged NHD caches, which the extension views as HND."""
         if not isinstance(paged_kv_cache, (tuple, list)) or len(paged_kv_cache) != 2:
             raise error("paged_kv_cache", type(paged_kv_cache).__name__, "must be a (k_cache, v_cache) pair")
         k, v = paged_kv_cache
         _dlpack_arg("paged_kv_cache[0]", k)
         _dlpack_arg("paged_kv_cache[1]", v)
-        if paged and self._kv_layout == "NHD":
-            for name, c in (("paged_kv_cache[0]", k), ("paged_kv_cache[1]", v)):
-                if len(c.shape) != 4:
-                    raise error(f"{name}.ndim", len(c.shape),
-                                "must be 4: [num_pages, page_size, num_kv_heads, head_dim]")
-            k, v = (c.swapaxes(1, 2) for c in (k, v))
-        return k, v
+        return k, v, paged and self._kv_layout == "NHD"
 
     def _outputs(self, q, out, lse, return_lse: bool):
         if not self._planned:
@@ -268,13 +264,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
             self._set_workspace(backend, like, op.workspace_bytes(batch, total_q, sizes["max_seqlen_k"]))
             # k_len lives in a buffer of the wrapper, rewritten in place by each plan(): a run()
             # captured in a graph keeps reading the current lengths.
-            xp = library_of(cu_seqlens_k, "cu_seqlens_k")
             if not same_kind(self._k_len, cu_seqlens_k, (batch,), "int32"):
                 self._k_len = empty(cu_seqlens_k, (batch,), "int32", "cu_seqlens_k")
-            xp.subtract(cu_seqlens_k[1:], cu_seqlens_k[:-1], out=self._k_len)
+            stream = stream_of(None, cu_seqlens_q, topk_indices)
             with on_device_of(topk_indices):
-                op.plan(cu_seqlens_q, self._k_len, topk_indices, sizes["max_seqlen_k"],
-                        stream_of(None, cu_seqlens_q, topk_indices))
+                _msa.lengths_from_offsets(cu_seqlens_k, self._k_len, stream)
+                op.plan(cu_seqlens_q, self._k_len, topk_indices, sizes["max_seqlen_k"], stream)
         except _msa.Error as e:
             raise renamed(e, _PREFILL_NAMES) from None
         self._own_outputs(like, total_q, h_q, d, q_type)
@@ -318,14 +313,14 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
         keep one). Beyond the contract: ``sinks [num_q_heads]`` fp32 attention-sink logits."""
         out, lse = self._outputs(q, out, lse, return_lse)
         paged = self._page_table is not None
-        k, v = self._kv_pair(paged_kv_cache, paged)
+        k, v, nhd = self._kv_pair(paged_kv_cache, paged)
         if not paged and len(k.shape) == 3 and k.shape[0] < self._total_k:
             raise error("paged_kv_cache[0].shape[0]", k.shape[0], f"must be >= total_k = {self._total_k} (flat cache)")
         try:
             with on_device_of(q):
                 self._op.run(q, k, v, out, self._cu_seqlens_q, self._k_len, self._topk,
                              self._page_table, None if paged else self._cu_seqlens_k, sinks, lse,
-                             stream_of(None, q, out))
+                             stream_of(None, q, out), nhd)
         except _msa.Error as e:
             raise renamed(e, _PREFILL_NAMES) from None
         return (out, lse) if return_lse else out
@@ -414,12 +409,12 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
         ``k_descale`` / ``v_descale``, ``[1]`` or ``[num_kv_heads]`` fp32."""
         out, lse = self._outputs(q, out, lse, return_lse)
         _dlpack_arg("topk_indices", topk_indices)
-        k, v = self._kv_pair(paged_kv_cache, self._page_table is not None)
+        k, v, nhd = self._kv_pair(paged_kv_cache, self._page_table is not None)
         try:
             with on_device_of(q):
                 self._op.run(q, k, v, out, self._seq_lens, topk_indices, self._q_len, bool(topk_head_major),
                              self._page_table, None if self._page_table is not None else self._cu_seqlens_k,
-                             sinks, lse, k_descale, v_descale, stream_of(None, q, out))
+                             sinks, lse, k_descale, v_descale, stream_of(None, q, out), nhd)
         except _msa.Error as e:
             raise renamed(e, _DECODE_NAMES) from None
         return (out, lse) if return_lse else out

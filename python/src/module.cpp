@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "msa/msa.h"
 #include "tensor_view.h"
@@ -44,19 +45,40 @@ Options options_of(const std::string& backend, bool strict, int q_per_item, cons
   return o;
 }
 
-VarlenBatch batch_of(const Array& cu_seqlens_q, const Array& k_len) {
+VarlenBatch batch_of(const ArrayArg& cu_seqlens_q, const ArrayArg& k_len) {
   return VarlenBatch{to_view(cu_seqlens_q, "cu_seqlens_q"), to_view(k_len, "k_len")};
+}
+
+// The K/V caches and their addressing. kv_nhd: k and v are paged caches stored token-major,
+// [num_pages, page_size, h_kv, d] (the wrappers' kv_layout "NHD"), seen here as the
+// [num_pages, h_kv, page_size, d] view the operators take (a swap of two extents and strides,
+// where a swapaxes in Python costs 1.4 us a cache).
+KvCache kv_of(const ArrayArg& k, const ArrayArg& v, const std::optional<ArrayArg>& page_table,
+              const std::optional<ArrayArg>& cu_seqlens_k, bool kv_nhd) {
+  KvCache kv{to_view(k, "k"), to_view(v, "v"), to_view(page_table, "page_table"),
+             to_view(cu_seqlens_k, "cu_seqlens_k")};
+  if (kv_nhd) {
+    for (auto [view, name] : {std::pair{&kv.k, "k"}, std::pair{&kv.v, "v"}}) {
+      if (!view->present()) continue;
+      if (view->rank != 4)
+        throw Error(std::string(name) + ".ndim", std::to_string(view->rank),
+                    "must be 4: [num_pages, page_size, num_kv_heads, head_dim] (kv_layout NHD)");
+      std::swap(view->shape[1], view->shape[2]);
+      std::swap(view->stride[1], view->stride[2]);
+    }
+  }
+  return kv;
 }
 
 // Caller memory as an operator's scratch: a contiguous buffer of any dtype on the backend's
 // device (the Python side keeps it alive); None returns to memory the operator allocates itself.
 template <class Op>
-void set_workspace_of(Op& op, const std::optional<Array>& buffer) {
-  if (!buffer.has_value()) {
+void set_workspace_of(Op& op, const std::optional<ArrayArg>& arg) {
+  if (!arg.has_value()) {
     op.set_workspace(nullptr, 0);
     return;
   }
-  const Array& b = *buffer;
+  const Array& b = arg->array;
   const bool on_cuda = b.device_type() == nb::device::cuda::value;
   const bool want_cuda = op.options().backend == Backend::kCuda;
   if (on_cuda != want_cuda)
@@ -79,8 +101,8 @@ class PySparsePrefill {
                   int q_per_item, const std::string& prefill_path)
       : op_(AttentionShape{h_q, h_kv, d, topk, scale}, options_of(backend, strict, q_per_item, prefill_path)) {}
 
-  void plan(const Array& cu_seqlens_q, const Array& k_len, const Array& topk, std::optional<std::int64_t> max_k_len,
-            std::uintptr_t stream) {
+  void plan(const ArrayArg& cu_seqlens_q, const ArrayArg& k_len, const ArrayArg& topk,
+            std::optional<std::int64_t> max_k_len, std::uintptr_t stream) {
     const VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
     const TensorView ids = to_view(topk, "topk");
     nb::gil_scoped_release release;
@@ -88,14 +110,13 @@ class PySparsePrefill {
     else op_.plan(batch, ids, to_stream(stream));
   }
 
-  void run(const Array& q, const Array& k, const Array& v, const Array& out, const Array& cu_seqlens_q,
-           const Array& k_len, const Array& topk, const std::optional<Array>& page_table,
-           const std::optional<Array>& cu_seqlens_k, const std::optional<Array>& sinks, const std::optional<Array>& lse,
-           std::uintptr_t stream) {
+  void run(const ArrayArg& q, const ArrayArg& k, const ArrayArg& v, const ArrayArg& out, const ArrayArg& cu_seqlens_q,
+           const ArrayArg& k_len, const ArrayArg& topk, const std::optional<ArrayArg>& page_table,
+           const std::optional<ArrayArg>& cu_seqlens_k, const std::optional<ArrayArg>& sinks,
+           const std::optional<ArrayArg>& lse, std::uintptr_t stream, bool kv_nhd) {
     PrefillArgs a;
     a.q = to_view(q, "q");
-    a.kv = KvCache{to_view(k, "k"), to_view(v, "v"), to_view(page_table, "page_table"),
-                   to_view(cu_seqlens_k, "cu_seqlens_k")};
+    a.kv = kv_of(k, v, page_table, cu_seqlens_k, kv_nhd);
     a.batch = batch_of(cu_seqlens_q, k_len);
     a.topk = to_view(topk, "topk");
     a.sinks = to_view(sinks, "sinks");
@@ -105,7 +126,7 @@ class PySparsePrefill {
     op_.run(a, to_stream(stream));
   }
 
-  void set_workspace(const std::optional<Array>& buffer) { set_workspace_of(op_, buffer); }
+  void set_workspace(const std::optional<ArrayArg>& buffer) { set_workspace_of(op_, buffer); }
 
   std::size_t workspace_bytes(std::int64_t batch, std::int64_t total_q, std::int64_t max_k_len) const {
     return SparsePrefill::workspace_bytes(op_.shape(), ProblemSize{batch, total_q, max_k_len}, op_.options());
@@ -120,21 +141,21 @@ class PySparseDecode {
   PySparseDecode(int h_q, int h_kv, int d, int topk, float scale, const std::string& backend, bool strict)
       : op_(AttentionShape{h_q, h_kv, d, topk, scale}, options_of(backend, strict, Options{}.q_per_item, "auto")) {}
 
-  void set_workspace(const std::optional<Array>& buffer) { set_workspace_of(op_, buffer); }
+  void set_workspace(const std::optional<ArrayArg>& buffer) { set_workspace_of(op_, buffer); }
 
   void plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len, std::uintptr_t stream) {
     nb::gil_scoped_release release;
     op_.plan(batch, q_per_request, max_seq_len, to_stream(stream));
   }
 
-  void run(const Array& q, const Array& k, const Array& v, const Array& out, const Array& seq_len, const Array& topk,
-           int q_per_request, bool topk_head_major, const std::optional<Array>& page_table,
-           const std::optional<Array>& cu_seqlens_k, const std::optional<Array>& sinks, const std::optional<Array>& lse,
-           const std::optional<Array>& k_descale, const std::optional<Array>& v_descale, std::uintptr_t stream) {
+  void run(const ArrayArg& q, const ArrayArg& k, const ArrayArg& v, const ArrayArg& out, const ArrayArg& seq_len,
+           const ArrayArg& topk, int q_per_request, bool topk_head_major, const std::optional<ArrayArg>& page_table,
+           const std::optional<ArrayArg>& cu_seqlens_k, const std::optional<ArrayArg>& sinks,
+           const std::optional<ArrayArg>& lse, const std::optional<ArrayArg>& k_descale,
+           const std::optional<ArrayArg>& v_descale, std::uintptr_t stream, bool kv_nhd) {
     DecodeArgs a;
     a.q = to_view(q, "q");
-    a.kv = KvCache{to_view(k, "k"), to_view(v, "v"), to_view(page_table, "page_table"),
-                   to_view(cu_seqlens_k, "cu_seqlens_k")};
+    a.kv = kv_of(k, v, page_table, cu_seqlens_k, kv_nhd);
     a.seq_len = to_view(seq_len, "seq_len");
     a.topk = to_view(topk, "topk");
     a.topk_head_major = topk_head_major;
@@ -162,15 +183,15 @@ class PyIndexer {
   PyIndexer(int h_i, int d, float scale, const std::string& backend, bool strict)
       : op_(h_i, d, scale, options_of(backend, strict, Options{}.q_per_item, "auto")) {}
 
-  void plan(const Array& cu_seqlens_q, const Array& k_len, std::uintptr_t stream) {
+  void plan(const ArrayArg& cu_seqlens_q, const ArrayArg& k_len, std::uintptr_t stream) {
     const VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
     nb::gil_scoped_release release;
     op_.plan(batch, to_stream(stream));
   }
 
-  void run(const Array& index_q, const Array& index_k, const Array& scores, const Array& cu_seqlens_q,
-           const Array& k_len, const std::optional<Array>& page_table, const std::optional<Array>& cu_seqlens_k,
-           std::uintptr_t stream) {
+  void run(const ArrayArg& index_q, const ArrayArg& index_k, const ArrayArg& scores, const ArrayArg& cu_seqlens_q,
+           const ArrayArg& k_len, const std::optional<ArrayArg>& page_table,
+           const std::optional<ArrayArg>& cu_seqlens_k, std::uintptr_t stream) {
     IndexerArgs a;
     a.index_q = to_view(index_q, "index_q");
     a.index_k = KvCache{to_view(index_k, "index_k"), TensorView{}, to_view(page_table, "page_table"),
@@ -202,13 +223,13 @@ class PyTopK {
   PyTopK(int topk, const std::string& backend, bool strict, const std::string& ranking)
       : op_(topk, topk_options(backend, strict, ranking)) {}
 
-  void plan(const Array& cu_seqlens_q, const Array& k_len, std::uintptr_t stream) {
+  void plan(const ArrayArg& cu_seqlens_q, const ArrayArg& k_len, std::uintptr_t stream) {
     const VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
     nb::gil_scoped_release release;
     op_.plan(batch, to_stream(stream));
   }
 
-  void run(const Array& scores, const Array& topk, const Array& cu_seqlens_q, const Array& k_len,
+  void run(const ArrayArg& scores, const ArrayArg& topk, const ArrayArg& cu_seqlens_q, const ArrayArg& k_len,
            std::uintptr_t stream) {
     TopkArgs a;
     a.scores = to_view(scores, "scores");
@@ -233,9 +254,9 @@ class PyIndexerTopK {
     op_.plan(ProblemSize{batch, total_q, max_k_len}, to_stream(stream));
   }
 
-  void run(const Array& index_q, const Array& index_k, const Array& topk, const Array& cu_seqlens_q,
-           const Array& k_len, const std::optional<Array>& page_table, const std::optional<Array>& cu_seqlens_k,
-           std::uintptr_t stream) {
+  void run(const ArrayArg& index_q, const ArrayArg& index_k, const ArrayArg& topk, const ArrayArg& cu_seqlens_q,
+           const ArrayArg& k_len, const std::optional<ArrayArg>& page_table,
+           const std::optional<ArrayArg>& cu_seqlens_k, std::uintptr_t stream) {
     IndexerTopkArgs a;
     a.index_q = to_view(index_q, "index_q");
     a.index_k = KvCache{to_view(index_k, "index_k"), TensorView{}, to_view(page_table, "page_table"),
@@ -285,16 +306,25 @@ NB_MODULE(_msa, m) {
   m.def("version", [] { return std::string(msa::version_string()); }, "The library version, 'major.minor.patch'.");
   m.def("cuda_available", &msa::cuda_available,
         "True when this build has the CUDA backend and a CUDA device is visible.");
+  m.def(
+      "lengths_from_offsets",
+      [](const ArrayArg& offsets, const ArrayArg& lengths, std::uintptr_t stream) {
+        const msa::TensorView o = to_view(offsets, "offsets"), l = to_view(lengths, "lengths");
+        nb::gil_scoped_release release;
+        msa::lengths_from_offsets(o, l, to_stream(stream));
+      },
+      "offsets"_a, "lengths"_a, "stream"_a = 0,
+      "msa::lengths_from_offsets: lengths[b] = offsets[b + 1] - offsets[b] (int32), on the arrays' device.");
 
   nb::class_<PySparsePrefill>(m, "SparsePrefill", "msa::SparsePrefill: plan(), then run() (spec §1-3).")
-      .def(nb::init<int, int, int, int, float, const std::string&, bool, int, const std::string&>(), "h_q"_a,
-           "h_kv"_a, "d"_a = 128, "topk"_a = 16, "scale"_a = 0.f, "backend"_a = "cpu", "strict"_a = false,
+      .def(nb::init<int, int, int, int, float, const std::string&, bool, int, const std::string&>(), "h_q"_a, "h_kv"_a,
+           "d"_a = 128, "topk"_a = 16, "scale"_a = 0.f, "backend"_a = "cpu", "strict"_a = false,
            "q_per_item"_a = msa::Options{}.q_per_item, "prefill_path"_a = "auto")
       .def("plan", &PySparsePrefill::plan, "cu_seqlens_q"_a, "k_len"_a, "topk"_a, "max_k_len"_a = nb::none(),
            "stream"_a = 0)
       .def("run", &PySparsePrefill::run, "q"_a, "k"_a, "v"_a, "out"_a, "cu_seqlens_q"_a, "k_len"_a, "topk"_a,
            "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "sinks"_a = nb::none(), "lse"_a = nb::none(),
-           "stream"_a = 0)
+           "stream"_a = 0, "kv_nhd"_a = false)
       .def("set_workspace", &PySparsePrefill::set_workspace, "buffer"_a.none())
       .def("workspace_bytes", &PySparsePrefill::workspace_bytes, "batch"_a, "total_q"_a, "max_k_len"_a);
 
@@ -305,7 +335,7 @@ NB_MODULE(_msa, m) {
       .def("run", &PySparseDecode::run, "q"_a, "k"_a, "v"_a, "out"_a, "seq_len"_a, "topk"_a, "q_per_request"_a,
            "topk_head_major"_a = false, "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),
            "sinks"_a = nb::none(), "lse"_a = nb::none(), "k_descale"_a = nb::none(), "v_descale"_a = nb::none(),
-           "stream"_a = 0)
+           "stream"_a = 0, "kv_nhd"_a = false)
       .def("set_workspace", &PySparseDecode::set_workspace, "buffer"_a.none())
       .def("workspace_bytes", &PySparseDecode::workspace_bytes, "batch"_a, "q_per_request"_a, "max_seq_len"_a);
 

@@ -2,6 +2,10 @@
 
 #include <cstdint>
 
+#if MSA_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "msa/error.h"
 
 namespace msa::python {
@@ -32,7 +36,67 @@ Device device_of(int device_type, const std::string& name) {
               "msa takes CPU and CUDA tensors");
 }
 
+// torch.Tensor and torch.utils.dlpack.to_dlpack, looked up once torch is in sys.modules (msa
+// never imports it: before that, no argument can be a torch.Tensor). Kept for the process's life.
+struct Torch {
+  PyTypeObject* tensor = nullptr;
+  PyObject* to_dlpack = nullptr;
+};
+
+const Torch* torch_found() noexcept {
+  static Torch torch;  // the GIL is held
+  if (torch.tensor != nullptr) return &torch;
+  PyObject* modules = PyImport_GetModuleDict();
+  PyObject* top = PyDict_GetItemString(modules, "torch");  // borrowed
+  PyObject* dlpack = PyDict_GetItemString(modules, "torch.utils.dlpack");
+  if (top == nullptr || dlpack == nullptr) return nullptr;
+  PyObject* tensor = PyObject_GetAttrString(top, "Tensor");
+  PyObject* to_dlpack = PyObject_GetAttrString(dlpack, "to_dlpack");
+  if (tensor == nullptr || to_dlpack == nullptr || !PyType_Check(tensor)) {
+    Py_XDECREF(tensor);
+    Py_XDECREF(to_dlpack);
+    PyErr_Clear();
+    return nullptr;
+  }
+  torch.tensor = reinterpret_cast<PyTypeObject*>(tensor);
+  torch.to_dlpack = to_dlpack;
+  return &torch;
+}
+
+// The truth of attribute `name` of `o` (called when a method); -1 on any error, cleared.
+int flag(PyObject* o, const char* name, bool call) noexcept {
+  PyObject* v = call ? PyObject_CallMethod(o, name, nullptr) : PyObject_GetAttrString(o, name);
+  const int truth = v == nullptr ? -1 : PyObject_IsTrue(v);
+  Py_XDECREF(v);
+  if (truth < 0) PyErr_Clear();
+  return truth;
+}
+
 }  // namespace
+
+nb::object torch_capsule(nb::handle src) noexcept {
+  const Torch* torch = torch_found();
+  if (torch == nullptr || Py_TYPE(src.ptr()) != torch->tensor) return {};
+  // What Tensor.__dlpack__ refuses is left to it, so that those tensors fail as they always did.
+  if (flag(src.ptr(), "requires_grad", false) != 0 || flag(src.ptr(), "is_neg", true) != 0) return {};
+  PyObject* capsule = PyObject_CallOneArg(torch->to_dlpack, src.ptr());
+  if (capsule == nullptr) PyErr_Clear();
+  return nb::steal(capsule);
+}
+
+bool on_current_device(const Array& a) noexcept {
+  if (a.device_type() != nb::device::cuda::value) return true;
+#if MSA_WITH_CUDA
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.device_id() == current;
+#else
+  return true;  // no CUDA backend: the operator refuses the array anyway
+#endif
+}
 
 TensorView to_view(const Array& a, const std::string& name) {
   const auto rank = static_cast<int>(a.ndim());
@@ -50,8 +114,10 @@ TensorView to_view(const Array& a, const std::string& name) {
   return v;
 }
 
-TensorView to_view(const std::optional<Array>& a, const std::string& name) {
-  return a.has_value() ? to_view(*a, name) : TensorView{};
+TensorView to_view(const ArrayArg& a, const std::string& name) { return to_view(a.array, name); }
+
+TensorView to_view(const std::optional<ArrayArg>& a, const std::string& name) {
+  return a.has_value() ? to_view(a->array, name) : TensorView{};
 }
 
 }  // namespace msa::python

@@ -355,6 +355,32 @@ def test_graph_of_plan_and_run_with_a_caller_workspace():
     assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)
 
 
+def test_plain_tensors_skip_tensor_dlpack_and_others_take_it(monkeypatch):
+    """The extension imports a plain torch.Tensor through torch.utils.dlpack.to_dlpack, not
+    Tensor.__dlpack__ (about 3 us a tensor of Python-level checks): plan() and run() call
+    __dlpack__ on none of them. A tensor that requires grad takes the usual path (__dlpack__,
+    which nanobind falls back from), and the results are the same bits either way."""
+    p = make_problem(CHUNKED, seed=21)
+    k_cache, v_cache, table = paged_cache(p, 64, "NHD")
+    calls = []
+    original = torch.Tensor.__dlpack__
+
+    def counting(self, *args, **kwargs):
+        calls.append(tuple(self.shape))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", counting)
+    w = msa.BatchPrefillWithPagedKVCacheWrapper(kv_layout="NHD")
+    plan(w, p, table)
+    out, lse = w.run(p["q"], (k_cache, v_cache), return_lse=True)
+    assert calls == []
+    assert_close(out, lse, *reference(p))
+    q_grad = p["q"].clone().requires_grad_()
+    again = w.run(q_grad, (k_cache, v_cache), out=torch.empty_like(out))
+    assert calls and calls[0] == tuple(p["q"].shape)
+    assert torch.equal(again, out)
+
+
 # ------------------------------------------------------------------------------- errors
 
 def test_errors_at_the_dlpack_boundary():

@@ -18,6 +18,35 @@ def plan(w, c, page_table=None, topk=None, **kw):
     w.plan(c["topk"] if topk is None else topk, c["cu_q"], c["cu_k"], page_table, **args)
 
 
+def test_lengths_from_offsets_and_strided_cu_seqlens_k():
+    """The extension's lengths_from_offsets (what plan() turns cu_seqlens_k into), and a plan()
+    of paged caches with a strided cu_seqlens_k, as an engine's slice of a larger array would be
+    (flat caches, which address K/V by cu_seqlens_k, need it contiguous)."""
+    off = np.array([0, 5, 5, 300, 2**31 - 1, -(2**31)], np.int32)
+    lengths = np.full(5, -7, np.int32)
+    msa._msa.lengths_from_offsets(off, lengths)
+    assert lengths.tolist() == [5, 0, 295, 2**31 - 1 - 300, 1]
+    every_other = np.full(4, -7, np.int32)
+    msa._msa.lengths_from_offsets(off[::2], every_other[::2])
+    assert every_other.tolist() == [5, -7, 2**31 - 1 - 5, -7]
+    expect_error("lengths.shape[0]", msa._msa.lengths_from_offsets, off, lengths[:4])
+    expect_error("offsets.dtype", msa._msa.lengths_from_offsets, off.astype(np.float32), lengths)
+    expect_error("lengths.data", msa._msa.lengths_from_offsets, off, off[1:])
+
+    c = make_case()
+    k_cache, v_cache, table = paged(c, 64)
+    wide = np.zeros(2 * len(c["cu_k"]), np.int32)
+    wide[::2] = c["cu_k"]
+    w = msa.BatchPrefillWithPagedKVCacheWrapper()
+    plan(w, c, page_table=table)
+    want = w.run(c["q"], (k_cache, v_cache)).copy()
+    assert_close(want, None, *reference(c))
+    w.plan(c["topk"], c["cu_q"], wide[::2], table, num_q_heads=c["h_q"], num_kv_heads=c["h_kv"],
+           total_k=c["total_k"], total_rows=c["total_rows"], max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"],
+           q_data_type="float16")
+    assert np.array_equal(w.run(c["q"], (k_cache, v_cache)), want)
+
+
 def test_flat_chunked_batch_matches_reference():
     c = make_case()
     w = msa.BatchPrefillWithPagedKVCacheWrapper()

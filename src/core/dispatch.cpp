@@ -1,7 +1,9 @@
 // The one place where a backend is chosen for each operator. An operator the chosen backend
 // does not implement is an msa::Error, never a silent fallback.
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 #include "core/impl.h"
@@ -64,6 +66,59 @@ bool cuda_available() {
   return cuda::device_present();
 #else
   return false;
+#endif
+}
+
+namespace {
+
+// A rank-1 int32 vector of n elements (n < 0: any) and any stride >= 1 (the batch vectors of
+// the operators must be contiguous; a cu_seqlens_k an engine slices need not be).
+void check_strided_int32(const TensorView& t, const std::string& name, Device device, std::int64_t n) {
+  check_present(t, name);
+  check_device(t, name, device);
+  check_dtype(t, name, DType::kInt32);
+  check_rank(t, name, 1);
+  if (n >= 0) check_dim(t, name, 0, n);
+  MSA_REQUIRE(t.dim(0) >= 0, name + ".shape[0]", std::to_string(t.dim(0)), "extents must be >= 0");
+  if (t.dim(0) == 0) return;
+  MSA_REQUIRE(t.dim(0) == 1 || (t.stride[0] >= 1 && t.stride[0] <= (INT64_MAX / 4) / t.dim(0)), name + ".stride[0]",
+              std::to_string(t.stride[0]), "must be >= 1 (and the view within 2^63 bytes)");
+  MSA_REQUIRE(t.data != nullptr, name + ".data", "null", "data pointer is null");
+  const auto addr = reinterpret_cast<std::uintptr_t>(t.data);
+  MSA_REQUIRE(addr % 4 == 0, name + ".data", std::to_string(addr), "must be aligned to 4 bytes");
+}
+
+}  // namespace
+
+void lengths_from_offsets(const TensorView& offsets, const TensorView& lengths, cudaStream_t stream) {
+  check_strided_int32(offsets, "offsets", offsets.device, -1);
+  MSA_REQUIRE(offsets.dim(0) >= 1 && offsets.dim(0) - 1 <= INT32_MAX, "offsets.shape[0]",
+              std::to_string(offsets.dim(0)), "must be B + 1 with 0 <= B < 2^31");
+  check_strided_int32(lengths, "lengths", offsets.device, offsets.dim(0) - 1);
+  const std::int64_t batch = lengths.dim(0);
+  if (batch == 0) return;
+  // The byte ranges the two address must be disjoint.
+  const auto span = [](const TensorView& t) {
+    const auto first = reinterpret_cast<std::uintptr_t>(t.data);
+    const std::int64_t step = t.dim(0) == 1 ? 1 : t.stride[0];
+    return std::pair{first, first + static_cast<std::uintptr_t>(((t.dim(0) - 1) * step + 1) * 4)};
+  };
+  const auto [in_first, in_end] = span(offsets);
+  const auto [out_first, out_end] = span(lengths);
+  MSA_REQUIRE(out_end <= in_first || out_first >= in_end, "lengths.data", "overlaps offsets",
+              "lengths must not share memory with offsets");
+  const std::int64_t in_step = offsets.stride[0], out_step = batch == 1 ? 1 : lengths.stride[0];
+  if (offsets.device == Device::kCpu) {
+    cpu::lengths_from_offsets(offsets.ptr<const std::int32_t>(), in_step, lengths.ptr<std::int32_t>(), out_step, batch);
+    return;
+  }
+#if MSA_WITH_CUDA
+  MSA_REQUIRE(cuda::device_present(), "offsets.device", "cuda", "no CUDA device is visible to this process");
+  cuda::lengths_from_offsets(offsets.ptr<const std::int32_t>(), in_step, lengths.ptr<std::int32_t>(), out_step, batch,
+                             stream);
+#else
+  (void)stream;
+  throw Error("offsets.device", "cuda", "this build has no CUDA backend");
 #endif
 }
 

@@ -109,6 +109,9 @@ std::unique_ptr<IndexerTopK::Impl> make_indexer_topk();
 std::unique_ptr<Combine::Impl> make_combine();
 std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem);
 std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem);
+// lengths[b * out_step] = offsets[(b + 1) * in_step] - offsets[b * in_step], b < batch.
+void lengths_from_offsets(const std::int32_t* offsets, std::int64_t in_step, std::int32_t* lengths,
+                          std::int64_t out_step, std::int64_t batch);
 }  // namespace cpu
 
 #if MSA_WITH_CUDA
@@ -126,6 +129,8 @@ std::size_t indexer_topk_workspace_bytes(int h_i, int topk, const ProblemSize& p
 std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                    const Options& options);
 bool device_present();
+void lengths_from_offsets(const std::int32_t* offsets, std::int64_t in_step, std::int32_t* lengths,
+                          std::int64_t out_step, std::int64_t batch, cudaStream_t stream);
 }  // namespace cuda
 #endif
 

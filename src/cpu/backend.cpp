@@ -211,4 +211,12 @@ std::size_t prefill_workspace_bytes(const AttentionShape& shape, const ProblemSi
 }
 std::size_t decode_workspace_bytes(const AttentionShape&, const ProblemSize&) { return 0; }
 
+void lengths_from_offsets(const std::int32_t* offsets, std::int64_t in_step, std::int32_t* lengths,
+                          std::int64_t out_step, std::int64_t batch) {
+  // In 64 bits, then wrapped to 32 as C++20 defines it: hostile offsets give garbage lengths
+  // (which the operators refuse), never undefined behaviour.
+  for (std::int64_t b = 0; b < batch; ++b)
+    lengths[b * out_step] = static_cast<std::int32_t>(std::int64_t{offsets[(b + 1) * in_step]} - offsets[b * in_step]);
+}
+
 }  // namespace msa::cpu

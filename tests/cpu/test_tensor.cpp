@@ -7,6 +7,7 @@
 #include "core/batch.h"
 #include "core/half.h"
 #include "msa/msa.h"
+#include "tests/support/expect_error.h"
 
 namespace {
 
@@ -70,6 +71,57 @@ TEST(Batch, ReadsPositionsAndRejectsShortKv) {
     EXPECT_EQ(e.argument(), "k_len[2]");
     EXPECT_EQ(e.value(), "4");
   }
+}
+
+// The lengths a VarlenBatch takes, from KV offsets: differences of neighbours, B = 0 and
+// hostile offsets (a wrapped difference, never undefined behaviour) included.
+TEST(Batch, LengthsFromOffsets) {
+  using msa::DType;
+  using msa::TensorView;
+  std::vector<std::int32_t> off = {0, 130, 130, 4099, INT32_MAX, INT32_MIN}, len(5, -7);
+  msa::lengths_from_offsets(TensorView::contiguous(off.data(), DType::kInt32, {6}),
+                            TensorView::contiguous(len.data(), DType::kInt32, {5}));
+  EXPECT_EQ(len, (std::vector<std::int32_t>{130, 0, 3969, INT32_MAX - 4099, 1}));
+  msa::lengths_from_offsets(TensorView::contiguous(off.data(), DType::kInt32, {1}),
+                            TensorView::contiguous(nullptr, DType::kInt32, {0}));  // B = 0
+  // A strided output (every other element) leaves the others alone.
+  std::vector<std::int32_t> wide(6, -1);
+  msa::lengths_from_offsets(TensorView::contiguous(off.data(), DType::kInt32, {4}),
+                            TensorView::strided(wide.data(), DType::kInt32, {3}, {2}));
+  EXPECT_EQ(wide, (std::vector<std::int32_t>{130, -1, 0, -1, 3969, -1}));
+  // Strided offsets (every other one: 0, 130, INT32_MAX), as an engine's slice may be.
+  std::vector<std::int32_t> two(2, -1);
+  msa::lengths_from_offsets(TensorView::strided(off.data(), DType::kInt32, {3}, {2}),
+                            TensorView::contiguous(two.data(), DType::kInt32, {2}));
+  EXPECT_EQ(two, (std::vector<std::int32_t>{130, INT32_MAX - 130}));
+
+  // Errors name the argument, and nothing is written.
+  std::fill(len.begin(), len.end(), -7);
+  const auto offsets = TensorView::contiguous(off.data(), DType::kInt32, {6});
+  const auto lengths = TensorView::contiguous(len.data(), DType::kInt32, {5});
+  msa::test::expect_error(
+      [&] { msa::lengths_from_offsets(offsets, TensorView::contiguous(len.data(), DType::kInt32, {4})); },
+      "lengths.shape[0]", "4");
+  msa::test::expect_error(
+      [&] { msa::lengths_from_offsets(TensorView::contiguous(off.data(), DType::kFP32, {6}), lengths); },
+      "offsets.dtype", "fp32");
+  msa::test::expect_error(
+      [&] {
+        msa::lengths_from_offsets(TensorView::contiguous(off.data(), DType::kInt32, {0}),
+                                  TensorView::contiguous(len.data(), DType::kInt32, {0}));
+      },
+      "offsets.shape[0]", "0");
+  msa::test::expect_error([&] { msa::lengths_from_offsets(offsets, TensorView{}); }, "lengths", "absent");
+  msa::test::expect_error(
+      [&] { msa::lengths_from_offsets(TensorView::strided(off.data(), DType::kInt32, {6}, {0}), lengths); },
+      "offsets.stride[0]", "0");
+  msa::test::expect_error(
+      [&] { msa::lengths_from_offsets(offsets, TensorView::contiguous(off.data() + 1, DType::kInt32, {5})); },
+      "lengths.data", "overlaps offsets");
+  auto on_gpu = lengths;
+  on_gpu.device = msa::Device::kCuda;
+  msa::test::expect_error([&] { msa::lengths_from_offsets(offsets, on_gpu); }, "lengths.device", "cuda");
+  EXPECT_EQ(len, std::vector<std::int32_t>(5, -7));
 }
 
 }  // namespace

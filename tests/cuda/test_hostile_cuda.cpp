@@ -101,6 +101,37 @@ msa::Options cuda_options(bool strict, msa::PrefillPath path = msa::PrefillPath:
   return o;
 }
 
+// msa::lengths_from_offsets on device tensors: the CPU twin's values over several thread
+// blocks (hostile offsets included), on a stream, and a host tensor beside a device one refused.
+TEST(HostileCuda, LengthsFromOffsetsOnTheDevice) {
+  MSA_SKIP_WITHOUT_GPU();
+  using msa::DType;
+  using msa::TensorView;
+  constexpr std::int64_t kBatch = 1000;
+  std::vector<std::int32_t> off(kBatch + 1), want(kBatch), got(kBatch, -7);
+  for (std::int64_t b = 0; b <= kBatch; ++b) off[b] = static_cast<std::int32_t>(b * b % 7919 + 31 * b);
+  off[500] = INT32_MIN;
+  off[501] = INT32_MAX;
+  msa::lengths_from_offsets(TensorView::contiguous(off.data(), DType::kInt32, {kBatch + 1}),
+                            TensorView::contiguous(want.data(), DType::kInt32, {kBatch}));
+  EXPECT_EQ(want[500], -1);  // INT32_MAX - INT32_MIN, wrapped
+  msa::test::DeviceBuffer d_off(off.data(), off.size() * 4), d_len(got.data(), got.size() * 4);
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreate(&stream));
+  msa::lengths_from_offsets(TensorView::contiguous(d_off.get(), DType::kInt32, {kBatch + 1}, msa::Device::kCuda),
+                            TensorView::contiguous(d_len.get(), DType::kInt32, {kBatch}, msa::Device::kCuda), stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+  CUDA_OK(cudaMemcpy(got.data(), d_len.get(), got.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, want);
+  msa::test::expect_error(
+      [&] {
+        msa::lengths_from_offsets(TensorView::contiguous(d_off.get(), DType::kInt32, {kBatch + 1}, msa::Device::kCuda),
+                                  TensorView::contiguous(want.data(), DType::kInt32, {kBatch}));
+      },
+      "lengths.device", "cpu");
+}
+
 TEST(HostileCuda, StrictModeChecksDeviceTopkAndLengths) {
   MSA_SKIP_WITHOUT_GPU();
   DeviceCase c(spec_of(64, {{40, 900}, {3, 3}}, 21));
