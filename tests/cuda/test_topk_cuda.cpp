@@ -152,6 +152,18 @@ TEST(TopkCuda, RowsOfOneMillionTokens) {
   }
 }
 
+// Rows of 2048-2344 candidates (262k-300k tokens) beside short ones in one launch, head-major
+// and query-major, K 16 and 25.
+TEST(TopkCuda, LongAndShortRowsShareAWarp) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::vector<Request> requests = {{20, 300000}, {30, 1000}, {1, 5}, {20, 262144 + 129}, {7, 262144}};
+  for (const int k : {16, 25}) {
+    check_case(requests, 3, k, Fill::kMixed, 0, 0, false, 50 + k);
+    check_case(requests, 2, k, Fill::kNormal, 3, 5, true, 60 + k);
+    if (HasFatalFailure()) return;
+  }
+}
+
 TEST(TopkCuda, AscendingAndAllEqualRows) {
   MSA_SKIP_WITHOUT_GPU();
   check_case(kMixedBatch, 2, 16, Fill::kAscending, 0, 0, false, 1);
