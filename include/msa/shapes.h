@@ -38,10 +38,11 @@ struct VarlenBatch {
 };
 
 // k_len from KV offsets (cu_seqlens_k [B + 1] int32, as engines and the MSA wrappers keep
-// them): lengths[b] = offsets[b + 1] - offsets[b] for b < B, into lengths [B] int32 (which must
-// not overlap offsets). Host tensors are computed on the calling thread; CUDA tensors by one
-// kernel on `stream` (no synchronisation, capturable in a graph). Values are not checked: the
-// operators check the lengths they read.
+// them): lengths[b] = offsets[b + 1] - offsets[b] for b < B, into lengths [B] int32. Both are
+// rank-1 views of any stride >= 1 on one device and must not overlap. Host tensors are computed
+// on the calling thread; CUDA tensors by one kernel on `stream` (no synchronisation, capturable
+// in a graph). Values are not checked (a difference outside int32 wraps): the operators check
+// the lengths they read.
 void lengths_from_offsets(const TensorView& offsets, const TensorView& lengths, cudaStream_t stream = nullptr);
 
 // KV storage. Paged: k, v are [num_pages, h_kv, page_size, d] (last dim contiguous, other
