@@ -21,7 +21,8 @@ class Indexer:
 
     def plan(self, cu_seqlens_q, k_len, *, stream=None) -> None:
         """The batch the next runs score: ``cu_seqlens_q [B + 1]`` and ``k_len [B]`` int32."""
-        self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
+        with on_device_of(cu_seqlens_q):
+            self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
 
     def run(self, index_q, index_k, scores, cu_seqlens_q, k_len, *, page_table=None, cu_seqlens_k=None,
             stream=None) -> None:
@@ -53,7 +54,8 @@ class TopK:
 
     def plan(self, cu_seqlens_q, k_len, *, stream=None) -> None:
         """The batch the next runs select for: ``cu_seqlens_q [B + 1]`` and ``k_len [B]`` int32."""
-        self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
+        with on_device_of(cu_seqlens_q):
+            self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
 
     def run(self, scores, topk, cu_seqlens_q, k_len, *, stream=None) -> None:
         """From ``scores [h, total_q, cols]`` fp32 writes ``topk [h, total_q, topk]`` int32 (the

@@ -106,6 +106,17 @@ TensorView to_view(const Array& a, const std::string& name) {
   v.data = static_cast<char*>(a.data_handle()) + a.byte_offset();
   v.dtype = dtype_of(a.dtype(), name);
   v.device = device_of(a.device_type(), name);
+#if MSA_WITH_CUDA
+  // msa launches on the current device: an array of another device would be read or written
+  // through its address from there. (No device visible: the operator reports that instead.)
+  int current = -1;
+  if (v.device == Device::kCuda && cudaGetDevice(&current) == cudaSuccess && a.device_id() != current)
+    throw Error(name + ".device", "cuda:" + std::to_string(a.device_id()),
+                "not the current CUDA device (cuda:" + std::to_string(current) +
+                    "), where msa launches: make the array's device current first (torch.cuda.device, "
+                    "cupy.cuda.Device)");
+  if (v.device == Device::kCuda && current < 0) (void)cudaGetLastError();
+#endif
   v.rank = rank;
   for (int i = 0; i < rank; ++i) {
     v.shape[i] = static_cast<std::int64_t>(a.shape(static_cast<std::size_t>(i)));

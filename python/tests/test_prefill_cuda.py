@@ -381,6 +381,54 @@ def test_plain_tensors_skip_tensor_dlpack_and_others_take_it(monkeypatch):
     assert torch.equal(again, out)
 
 
+def dlpack_capsule_claiming_device(t, device_id):
+    """A DLPack capsule of int32 tensor t's memory that names CUDA device `device_id` (made with
+    ctypes: one GPU suffices to see what an array of another device meets). The returned tuple
+    keeps the structures alive while the capsule is in use."""
+    import ctypes
+
+    class Device(ctypes.Structure):
+        _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+    class DataType(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+    class Tensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device", Device), ("ndim", ctypes.c_int), ("dtype", DataType),
+                    ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                    ("byte_offset", ctypes.c_uint64)]
+
+    deleter_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    class Managed(ctypes.Structure):
+        _fields_ = [("dl_tensor", Tensor), ("manager_ctx", ctypes.c_void_p), ("deleter", deleter_type)]
+
+    shape = (ctypes.c_int64 * 1)(t.numel())
+    strides = (ctypes.c_int64 * 1)(1)
+    deleter = deleter_type(lambda _: None)
+    managed = Managed(Tensor(t.data_ptr(), Device(2, device_id), 1, DataType(0, 32, 1), shape, strides, 0), None,
+                      deleter)
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(managed), b"dltensor", None), (managed, shape, strides, deleter, t)
+
+
+def test_an_array_of_another_device_is_refused():
+    """msa launches on the current device: an array that names another one is an msa.Error
+    naming it, and nothing is written."""
+    offsets = torch.tensor([0, 5, 9], dtype=torch.int32, device=DEV)
+    lengths = torch.full((2,), -7, dtype=torch.int32, device=DEV)
+    current = torch.cuda.current_device()
+    capsule, keep = dlpack_capsule_claiming_device(offsets, current + 1)
+    e = expect_error("offsets.device", msa._msa.lengths_from_offsets, capsule, lengths)
+    assert e.value == f"cuda:{current + 1}"
+    assert lengths.tolist() == [-7, -7]
+    capsule, keep = dlpack_capsule_claiming_device(offsets, current)  # the same memory, named right
+    msa._msa.lengths_from_offsets(capsule, lengths)
+    assert lengths.tolist() == [5, 4]
+    del keep
+
+
 # ------------------------------------------------------------------------------- errors
 
 def test_errors_at_the_dlpack_boundary():
