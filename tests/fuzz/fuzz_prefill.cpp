@@ -196,5 +196,21 @@ void op_prefill(Ctx& c) {
     if (planned != Outcome::kOk) fail("b", "SparsePrefill::run succeeded after a failed plan()");
     check_success(what);
   }
+
+  // Last (nothing reads k_len after it): k_len from the flat caches' KV offsets, checked
+  // against the differences it must hold (wrapped to 32 bits) when accepted.
+  if (c.T[kCuK].spec.used) {
+    const TensorView& cu = c.T[kCuK].view;
+    const TensorView& len = c.T[kKLen].view;
+    if (call_checked(c, "lengths_from_offsets", {kKLen}, [&] { msa::lengths_from_offsets(cu, len); }) == Outcome::kOk) {
+      for (std::int64_t b = 0; b < len.dim(0); ++b) {
+        const std::int64_t want = std::int64_t{cu.ptr<const std::int32_t>()[(b + 1) * cu.stride[0]]} -
+                                  cu.ptr<const std::int32_t>()[b * cu.stride[0]];
+        const std::int64_t out_step = len.dim(0) == 1 ? 0 : len.stride[0];
+        if (len.ptr<const std::int32_t>()[b * out_step] != static_cast<std::int32_t>(want))
+          fail("h", "lengths_from_offsets: lengths[" + std::to_string(b) + "] is not offsets[b + 1] - offsets[b]");
+      }
+    }
+  }
 }
 }  // namespace msa_fuzz
