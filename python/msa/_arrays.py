@@ -96,15 +96,21 @@ def empty(like, shape, dtype: str, name: str):
                     "or PyTorch tensors)") from None
 
 
+def same_device(a, b) -> bool:
+    """True when arrays a and b live on the same device (torch tensors compared by .device,
+    0.2 us, where a DLPack query costs 0.8 us an array)."""
+    device = _torch_device(a)
+    if device is not None and _torch_device(b) is not None:
+        return device == b.device
+    return a.__dlpack_device__() == b.__dlpack_device__()
+
+
 def same_kind(buf, like, shape, dtype: str) -> bool:
     """True when buf (None: False) is an array of like's library and device with this shape and
     dtype: a buffer a wrapper can keep from one plan() to the next."""
     if type(buf) is not type(like) or tuple(buf.shape) != tuple(shape) or dtype_name(buf.dtype) != dtype:
         return False
-    device = _torch_device(buf)
-    if device is not None:
-        return device == like.device
-    return buf.__dlpack_device__() == like.__dlpack_device__()
+    return same_device(buf, like)
 
 
 def stream_of(stream, *arrays) -> int:

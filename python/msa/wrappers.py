@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from . import _msa
-from ._arrays import dtype_name, empty, error, is_cuda, on_device_of, renamed, same_kind, stream_of
+from ._arrays import dtype_name, empty, error, is_cuda, on_device_of, renamed, same_device, same_kind, stream_of
 
 # The C++ layer's argument names, as the wrapper's caller spells them.
 _PREFILL_NAMES = {
@@ -116,8 +116,7 @@ class _Wrapper:
             return
         if backend != "cuda" or like is None:
             return  # the operator keeps its own scratch
-        if self._workspace is None or self._workspace.shape[0] < needed or \
-                self._workspace.__dlpack_device__() != like.__dlpack_device__():
+        if self._workspace is None or self._workspace.shape[0] < needed or not same_device(self._workspace, like):
             self._op.set_workspace(None)
             self._workspace = None
             mib = 1 << 20
@@ -266,10 +265,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
             # captured in a graph keeps reading the current lengths.
             if not same_kind(self._k_len, cu_seqlens_k, (batch,), "int32"):
                 self._k_len = empty(cu_seqlens_k, (batch,), "int32", "cu_seqlens_k")
-            stream = stream_of(None, cu_seqlens_q, topk_indices)
             with on_device_of(topk_indices):
-                _msa.lengths_from_offsets(cu_seqlens_k, self._k_len, stream)
-                op.plan(cu_seqlens_q, self._k_len, topk_indices, sizes["max_seqlen_k"], stream)
+                op.plan(cu_seqlens_q, self._k_len, topk_indices, sizes["max_seqlen_k"],
+                        stream_of(None, cu_seqlens_q, topk_indices), cu_seqlens_k)
         except _msa.Error as e:
             raise renamed(e, _PREFILL_NAMES) from None
         self._own_outputs(like, total_q, h_q, d, q_type)

@@ -101,11 +101,14 @@ class PySparsePrefill {
                   int q_per_item, const std::string& prefill_path)
       : op_(AttentionShape{h_q, h_kv, d, topk, scale}, options_of(backend, strict, q_per_item, prefill_path)) {}
 
+  // With cu_seqlens_k, k_len is first written from it (msa::lengths_from_offsets, on the stream).
   void plan(const ArrayArg& cu_seqlens_q, const ArrayArg& k_len, const ArrayArg& topk,
-            std::optional<std::int64_t> max_k_len, std::uintptr_t stream) {
+            std::optional<std::int64_t> max_k_len, std::uintptr_t stream, const std::optional<ArrayArg>& cu_seqlens_k) {
     const VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
     const TensorView ids = to_view(topk, "topk");
+    const TensorView offsets = to_view(cu_seqlens_k, "cu_seqlens_k");
     nb::gil_scoped_release release;
+    if (offsets.present()) lengths_from_offsets(offsets, batch.k_len, to_stream(stream));
     if (max_k_len.has_value()) op_.plan(batch, ids, *max_k_len, to_stream(stream));
     else op_.plan(batch, ids, to_stream(stream));
   }
@@ -321,7 +324,7 @@ NB_MODULE(_msa, m) {
            "d"_a = 128, "topk"_a = 16, "scale"_a = 0.f, "backend"_a = "cpu", "strict"_a = false,
            "q_per_item"_a = msa::Options{}.q_per_item, "prefill_path"_a = "auto")
       .def("plan", &PySparsePrefill::plan, "cu_seqlens_q"_a, "k_len"_a, "topk"_a, "max_k_len"_a = nb::none(),
-           "stream"_a = 0)
+           "stream"_a = 0, "cu_seqlens_k"_a = nb::none())
       .def("run", &PySparsePrefill::run, "q"_a, "k"_a, "v"_a, "out"_a, "cu_seqlens_q"_a, "k_len"_a, "topk"_a,
            "page_table"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "sinks"_a = nb::none(), "lse"_a = nb::none(),
            "stream"_a = 0, "kv_nhd"_a = false)
