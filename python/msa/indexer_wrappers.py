@@ -26,7 +26,7 @@ _BLOCK = 128
 
 # The C++ layer's argument names, as each wrapper's caller spells them.
 _PREFILL_NAMES = {"index_q": "q", "index_k.k": "paged_k_cache", "index_k.page_table": "page_table",
-                  "index_k": "paged_k_cache", "k_len": "cu_seqlens_k", "topk": "out"}
+                  "index_k": "paged_k_cache", "k_len": "cu_seqlens_k", "offsets": "cu_seqlens_k", "topk": "out"}
 _DECODE_NAMES = dict(_PREFILL_NAMES, k_len="seq_lens", cu_seqlens_q="query_length")
 
 
@@ -182,7 +182,7 @@ class BatchPrefillIndexerWithPagedKVCacheWrapper(_IndexerWrapper):
             with on_device_of(self._cu_seqlens_k):
                 _msa.lengths_from_offsets(self._cu_seqlens_k, self._k_len, stream_of(None, self._cu_seqlens_k))
         except _msa.Error as e:
-            raise renamed(e, {"offsets": "cu_seqlens_k"}) from None
+            raise renamed(e, self._names) from None
         self._planned = True
 
     def run(self, q, paged_k_cache, *, out=None):

@@ -77,25 +77,12 @@ int flag(PyObject* o, const char* name, bool call) noexcept {
 nb::object torch_capsule(nb::handle src) noexcept {
   const Torch* torch = torch_found();
   if (torch == nullptr || Py_TYPE(src.ptr()) != torch->tensor) return {};
-  // What Tensor.__dlpack__ refuses is left to it, so that those tensors fail as they always did.
+  // Tensors that Tensor.__dlpack__ refuses (autograd, the negative bit) keep the import they
+  // always had: nanobind asks __dlpack__, then falls back to to_dlpack itself.
   if (flag(src.ptr(), "requires_grad", false) != 0 || flag(src.ptr(), "is_neg", true) != 0) return {};
   PyObject* capsule = PyObject_CallOneArg(torch->to_dlpack, src.ptr());
   if (capsule == nullptr) PyErr_Clear();
   return nb::steal(capsule);
-}
-
-bool on_current_device(const Array& a) noexcept {
-  if (a.device_type() != nb::device::cuda::value) return true;
-#if MSA_WITH_CUDA
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return a.device_id() == current;
-#else
-  return true;  // no CUDA backend: the operator refuses the array anyway
-#endif
 }
 
 TensorView to_view(const Array& a, const std::string& name) {
@@ -109,13 +96,16 @@ TensorView to_view(const Array& a, const std::string& name) {
 #if MSA_WITH_CUDA
   // msa launches on the current device: an array of another device would be read or written
   // through its address from there. (No device visible: the operator reports that instead.)
-  int current = -1;
-  if (v.device == Device::kCuda && cudaGetDevice(&current) == cudaSuccess && a.device_id() != current)
-    throw Error(name + ".device", "cuda:" + std::to_string(a.device_id()),
-                "not the current CUDA device (cuda:" + std::to_string(current) +
-                    "), where msa launches: make the array's device current first (torch.cuda.device, "
-                    "cupy.cuda.Device)");
-  if (v.device == Device::kCuda && current < 0) (void)cudaGetLastError();
+  if (v.device == Device::kCuda) {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess)
+      (void)cudaGetLastError();
+    else if (a.device_id() != current)
+      throw Error(name + ".device", "cuda:" + std::to_string(a.device_id()),
+                  "not the current CUDA device (cuda:" + std::to_string(current) +
+                      "), where msa launches: make the array's device current first (torch.cuda.device, "
+                      "cupy.cuda.Device)");
+  }
 #endif
   v.rank = rank;
   for (int i = 0; i < rank; ++i) {

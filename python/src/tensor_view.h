@@ -28,9 +28,6 @@ struct ArrayArg {
 // checks that cost about 3 us a tensor, against 0.3 us for the capsule (torch 2.11): 8 tensors
 // made a third of a small prefill's run() from Python.
 nanobind::object torch_capsule(nanobind::handle src) noexcept;
-// False for a CUDA array on a device other than the current one (Tensor.__dlpack__() refuses
-// those, and the import then takes that path, which reports it).
-bool on_current_device(const Array& a) noexcept;
 
 TensorView to_view(const Array& a, const std::string& name);
 TensorView to_view(const ArrayArg& a, const std::string& name);
@@ -50,11 +47,10 @@ struct type_caster<msa::python::ArrayArg> {
   template <class Flags>
   bool from_python(handle src, Flags flags, cleanup_list* cleanup) noexcept {
     make_caster<msa::python::Array> inner;
-    if (object capsule = msa::python::torch_capsule(src); capsule.is_valid()) {
-      if (inner.from_python(capsule, flags, cleanup) && msa::python::on_current_device(inner.value)) {
-        value.array = std::move(inner.value);
-        return true;
-      }
+    if (object capsule = msa::python::torch_capsule(src);
+        capsule.is_valid() && inner.from_python(capsule, flags, cleanup)) {
+      value.array = std::move(inner.value);
+      return true;
     }
     if (!inner.from_python(src, flags, cleanup)) return false;
     value.array = std::move(inner.value);
