@@ -238,7 +238,7 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
   CUDA_OK(cudaMemset(d.out.ptr, 0xff, out.bytes()));
   CUDA_OK(cudaMemset(d.lse.ptr, 0xff, lse.bytes()));
   CUDA_OK(cudaDeviceSynchronize());
-  const msa::test::CapturedGraph graph(stream, [&](cudaStream_t s) { op.run(d.args, s); });
+  const msa::test::CapturedGraph graph(stream, [&](cudaStream_t st) { op.run(d.args, st); });
   ASSERT_TRUE(graph.ok());
   CUDA_OK(graph.launch(stream));
   CUDA_OK(cudaStreamSynchronize(stream));

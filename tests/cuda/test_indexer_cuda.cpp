@@ -465,8 +465,12 @@ void check_fused(const FusedCase& f) {
   const std::int64_t cols = std::max<std::int64_t>(1, (max_k_len + 127) / 128);
   const msa::ProblemSize problem{static_cast<std::int64_t>(f.c.requests.size()), w.total_q, max_k_len};
   const std::size_t ws = msa::IndexerTopK::workspace_bytes(f.c.h_i, f.k, problem, cuda_options());
-  if (f.split == 1) EXPECT_EQ(ws, 0u) << "expected every row whole in one unit";
-  if (f.split == 2) EXPECT_GT(ws, 0u) << "expected rows split over units (the merge)";
+  if (f.split == 1) {
+    EXPECT_EQ(ws, 0u) << "expected every row whole in one unit";
+  }
+  if (f.split == 2) {
+    EXPECT_GT(ws, 0u) << "expected rows split over units (the merge)";
+  }
   const HostTensor want = topk_of(w, run_cuda(w, f.c, cols), f.c.h_i, f.k);
   const HostTensor got = run_fused(w, f, max_k_len);
   int ranked = 0;

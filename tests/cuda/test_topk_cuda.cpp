@@ -1,9 +1,10 @@
 // The CUDA top-k against its CPU twin (cpu::topk_select through msa::TopK on the CPU backend),
 // ids compared exactly, in both rankings (exact and MSA's quantised one): varlen batches with
 // empty requests, rows of n <= k, rows of up to 7813 candidate blocks (1M tokens), k 1..32;
-// ties, NaN, +-inf and signed zeros; normal, ascending, descending and all-equal rows; strided
-// scores; the query-major output layout; a CUDA graph replayed with new scores and lengths in
-// the same buffers; strict mode's check of the batch values.
+// ties, NaN, +-inf and signed zeros; normal, ascending, descending and all-equal rows; launches
+// of enough rows to rank two per warp; strided scores; the query-major output layout; a CUDA
+// graph replayed with new scores and lengths in the same buffers; strict mode's check of the
+// batch values.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -162,6 +163,23 @@ TEST(TopkCuda, LongAndShortRowsShareAWarp) {
     check_case(requests, 2, k, Fill::kNormal, 3, 5, true, 60 + k);
     if (HasFatalFailure()) return;
   }
+}
+
+// Launches of 32769 rows (3 heads), where k <= 17 ranks two rows per warp (topk.cu's
+// kHalfWarpRows): rows of 0-312 candidates and n <= K rows side by side in a warp, an odd row
+// count (the last warp's second row is absent), both rankings, 16-byte and scalar loads (row
+// pitches 316 and 317), the query-major layout.
+TEST(TopkCuda, ManyRowsTwoPerWarp) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::vector<Request> requests = {{5000, 40000}, {3, 3}, {0, 90}, {4000, 7000}, {1, 5}, {1919, 33000}};
+  for (const int k : {2, 16, 17}) {
+    SCOPED_TRACE(testing::Message() << "k " << k);
+    check_case(requests, 3, k, Fill::kMixed, 0, 3, false, 70 + k);
+    check_case(requests, 3, k, Fill::kNormal, 1, 3, true, 80 + k);
+    if (HasFatalFailure()) return;
+  }
+  check_case(requests, 3, 16, Fill::kNormal, 0, 3, false, 90, msa::TopkRanking::kQuantised16);
+  check_case(requests, 3, 16, Fill::kEqual, 0, 3, false, 91);
 }
 
 TEST(TopkCuda, AscendingAndAllEqualRows) {

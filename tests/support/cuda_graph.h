@@ -22,7 +22,9 @@ class CapturedGraph {
     CUDA_EXPECT_OK(cudaStreamBeginCapture(stream, mode));
     enqueue(stream);
     CUDA_EXPECT_OK(cudaStreamEndCapture(stream, &graph_));
-    if (graph_ != nullptr) CUDA_EXPECT_OK(cudaGraphInstantiate(&exec_, graph_, 0));
+    if (graph_ != nullptr) {  // braces: the macro expands to an if / else
+      CUDA_EXPECT_OK(cudaGraphInstantiate(&exec_, graph_, 0));
+    }
   }
   ~CapturedGraph() {
     if (exec_ != nullptr) cudaGraphExecDestroy(exec_);

@@ -1,9 +1,12 @@
-// The top-k kernel: one warp per (head, query) row, in both rankings (msa::TopkRanking; the keys
-// are core/topk_key.h's, shared with the CPU twin). Lane l reads columns 128 j + 4 l .. + 3
-// (16-byte loads where the row allows them) and the warp keeps the row's best k - 1 keys as
-// warp_select.cuh describes (sorted lane maxima, then the few keys above the bar inserted; the
-// first 256 columns' keys kept in registers between the two passes). Before both, the quantised
-// ranking takes the row's finite minimum and maximum (pass 0).
+// The top-k kernel: one (head, query) row per warp, or, for launches of many rows, per half warp
+// where the row's list of k - 1 keys fits 16 lanes (k <= 17: two rows side by side in one warp's
+// instructions, which halves the per-row cost of the lane maxima's sort and of the row's setup;
+// kHalfWarpRows), in both rankings (msa::TopkRanking; the keys are core/topk_key.h's, shared
+// with the CPU twin). Lane l of a row's W lanes reads columns 4 W j + 4 l .. + 3 (16-byte loads
+// where the row allows them) and the lanes keep the row's best k - 1 keys as warp_select.cuh
+// describes (sorted lane maxima, then the few keys above the bar inserted; the first two groups'
+// keys kept in registers between the two passes). Before both, the quantised ranking takes the
+// row's finite minimum and maximum (pass 0).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,8 +24,14 @@ namespace msa::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+// Two rows per warp from this many rows up. A half warp's 16 lane maxima leave a lower bar than
+// 32 (about 9 insertions per row of random scores instead of 3, by a simulation), but the row's
+// setup and sort are shared by two rows: on the H100 (docs/performance.md, step 34) 0.131 ->
+// 0.116 ms at 131k rows (S = 32k, h 4) and 63 -> 47 us at 65k, while launches of a few thousand
+// rows, whose warps do not fill the GPU, were slower (1024 rows of 780 candidates: 13 -> 20 us):
+// their time is one row's latency, which a half warp doubles.
+constexpr std::int64_t kHalfWarpRows = 32768;
 using topk_select::kAll;
-using topk_select::kGroup;
 
 // Columns c .. c + 3 of the row (c = chunk start + 4 lane); those at or past n read as NaN
 // and are masked by the caller.
@@ -46,29 +55,45 @@ struct Ranker {
   }
 };
 
-template <bool kQuantised, bool kVector>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkParams p) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
+// kWidth lanes per row (topk_select::row_lanes): with 16, a warp ranks two rows side by side.
+// At most 64 registers (4 blocks per SM): without the bound the 16-lane instance took 112.
+template <bool kQuantised, bool kVector, int kWidth>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4) topk_kernel(const TopkParams p) {
+  constexpr int kRowsPerWarp = 32 / kWidth;
+  constexpr int kStep = topk_select::kGroupOf<kWidth>;
+  const int lane = static_cast<int>(threadIdx.x % kWidth);  // within the row's lanes
+  const int sub = static_cast<int>(threadIdx.x % 32) / kWidth;
   const std::int64_t rows = std::int64_t{p.h} * p.total_q;
   const bool rows32 = rows <= INT32_MAX;  // 32-bit division below
   const std::int64_t warps = std::int64_t{gridDim.x} * kWarpsPerBlock;
-  for (std::int64_t row = std::int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32; row < rows; row += warps) {
-    const std::int64_t head = rows32 ? static_cast<std::uint32_t>(row) / static_cast<std::uint32_t>(p.total_q)
-                                     : row / p.total_q;
-    const std::int64_t q = row - head * p.total_q;
-    const int local = topk_select::local_block(
-        topk_select::row_position(p.cu_seqlens_q, p.cu_seqlens_q_stride, p.k_len, p.k_len_stride, p.batch, q));
-    std::int32_t* out = p.topk + head * p.topk_stride_h + q * p.topk_stride_q;
-    if (topk_select::write_short_row(out, p.topk_stride_slot, p.k, local, lane)) continue;
+  for (std::int64_t first = (std::int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32) * kRowsPerWarp; first < rows;
+       first += warps * kRowsPerWarp) {
+    const std::int64_t row = first + sub;
+    // This lane's row: ranked, or not (past the last row, or written by the n <= K shortcut),
+    // when it passes n = 0 to the warp's selection.
+    bool ranked = false;
+    int local = 0, n = 0;
+    std::int32_t* out = nullptr;
+    const float* sc = p.scores;
+    if (row < rows) {
+      const std::int64_t head =
+          rows32 ? static_cast<std::uint32_t>(row) / static_cast<std::uint32_t>(p.total_q) : row / p.total_q;
+      const std::int64_t q = row - head * p.total_q;
+      local = topk_select::local_block(
+          topk_select::row_position(p.cu_seqlens_q, p.cu_seqlens_q_stride, p.k_len, p.k_len_stride, p.batch, q));
+      out = p.topk + head * p.topk_stride_h + q * p.topk_stride_q;
+      ranked = !topk_select::write_short_row(out, p.topk_stride_slot, p.k, local, lane, kWidth);
+      sc += head * p.scores_stride_h + q * p.scores_stride_q;
+      n = ranked ? min(local, p.cols) : 0;  // ranked candidates: columns [0, n)
+    }
+    if (kWidth == 32 ? !ranked : !__any_sync(kAll, ranked)) continue;  // warp-uniform
     const int want = p.k - 1;
-    const float* sc = p.scores + head * p.scores_stride_h + q * p.scores_stride_q;
     const std::int64_t stride = p.scores_stride_col;
-    const int n = min(local, p.cols);  // ranked candidates: columns [0, n)
 
     Ranker<kQuantised> rank;
     if constexpr (kQuantised) {  // pass 0: the finite range of the row
       float lo = FLT_MAX, hi = -FLT_MAX;
-      for (int c0 = 0; c0 < n; c0 += kGroup) {
+      for (int c0 = 0; c0 < n; c0 += kStep) {
         float v[4];
         load4<kVector>(sc, stride, c0 + 4 * lane, n, v);
 #pragma unroll
@@ -76,9 +101,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
           if (topk_key::finite(v[e])) lo = fminf(lo, v[e]), hi = fmaxf(hi, v[e]);
       }
 #pragma unroll
-      for (int m = 16; m > 0; m >>= 1) {
-        lo = fminf(lo, __shfl_xor_sync(kAll, lo, m));
-        hi = fmaxf(hi, __shfl_xor_sync(kAll, hi, m));
+      for (int m = kWidth / 2; m > 0; m >>= 1) {
+        lo = fminf(lo, __shfl_xor_sync(kAll, lo, m, kWidth));
+        hi = fmaxf(hi, __shfl_xor_sync(kAll, hi, m, kWidth));
       }
       rank.z = topk_key::quantiser(lo, hi);
     }
@@ -90,11 +115,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
 #pragma unroll
       for (int e = 0; e < 4; ++e) key[e] = c + e < n ? rank.key(v[e], c + e) : 0;
     };
-    const std::uint64_t mine = topk_select::warp_best(n, want, lane, keys_of);
+    const std::uint64_t mine = topk_select::warp_best<kWidth>(n, want, lane, keys_of);
+    if (!ranked) continue;
     // Fewer than `want` candidates (a batch inconsistent with `cols`) leave empty keys: id -1.
     if (lane < want) out[lane * p.topk_stride_slot] = topk_key::id_of(mine);
     if (lane == 0) out[want * p.topk_stride_slot] = local;
   }
+}
+
+template <bool kQuantised, bool kVector>
+void launch_width(const TopkParams& p, std::int64_t rows, cudaStream_t stream) {
+  const auto go = [&](auto kernel, int rows_per_block) {
+    const std::int64_t blocks = std::min<std::int64_t>((rows + rows_per_block - 1) / rows_per_block, 1 << 20);
+    kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(p);
+  };
+  if (rows >= kHalfWarpRows && topk_select::row_lanes(p.k - 1) == 16)
+    go(topk_kernel<kQuantised, kVector, 16>, kWarpsPerBlock * 2);
+  else
+    go(topk_kernel<kQuantised, kVector, 32>, kWarpsPerBlock);
 }
 
 }  // namespace
@@ -102,13 +140,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) topk_kernel(const TopkPar
 void launch_topk(const TopkParams& p, cudaStream_t stream) {
   const std::int64_t rows = std::int64_t{p.h} * p.total_q;
   if (rows == 0) return;
-  const std::int64_t blocks = std::min<std::int64_t>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20);
   // 16-byte loads need contiguous columns and every row start 16-byte aligned.
   const bool vector = p.scores_stride_col == 1 && p.scores_stride_q % 4 == 0 && p.scores_stride_h % 4 == 0 &&
                       reinterpret_cast<std::uintptr_t>(p.scores) % 16 == 0;
-  const auto kernel = p.quantised ? (vector ? topk_kernel<true, true> : topk_kernel<true, false>)
-                                  : (vector ? topk_kernel<false, true> : topk_kernel<false, false>);
-  kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(p);
+  if (p.quantised)
+    vector ? launch_width<true, true>(p, rows, stream) : launch_width<true, false>(p, rows, stream);
+  else
+    vector ? launch_width<false, true>(p, rows, stream) : launch_width<false, false>(p, rows, stream);
   MSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,14 +1,15 @@
 // One warp's selection of a row's best keys (core/topk_key.h's 64-bit keys: unique but for the
 // empty 0), shared by the top-k kernel (keys from scores) and the fused indexer's merge (keys
-// from per-chunk partial lists). The warp keeps the best `want` keys as one sorted list across
-// its lanes: lane s holds the s-th best.
+// from per-chunk partial lists). A row is ranked by kWidth lanes: the whole warp (32), or a half
+// warp (16, two rows side by side in one warp's instructions, for `want` <= 16). The lanes keep
+// the best `want` keys as one sorted list across them: lane s holds the s-th best.
 //
-// Pass 1 takes each lane's largest key and sorts the 32 lane maxima across the warp (bitonic):
-// the list starts as their best `want`, so the bar a candidate must beat is already near its
-// final value. Pass 2 takes the row's keys again (the first kCached groups' kept in registers,
-// the rest asked for again) and inserts only the keys above the bar that are not already listed
-// (a lane's own maximum): a ballot finds them, each goes in with one ballot (its position) and
-// one shuffle (the worse keys move down).
+// Pass 1 takes each lane's largest key and sorts the kWidth lane maxima across the lanes
+// (bitonic): the list starts as their best `want`, so the bar a candidate must beat is already
+// near its final value. Pass 2 takes the row's keys again (the first kCached groups' kept in
+// registers, the rest asked for again) and inserts only the keys above the bar that are not
+// already listed (a lane's own maximum): a ballot finds them, each goes in with one ballot (its
+// position) and one shuffle (the worse keys move down).
 #pragma once
 
 #include <climits>
@@ -37,26 +38,45 @@ __device__ __forceinline__ int local_block(std::int64_t pos) {
   return static_cast<int>(pos <= 0 ? 0 : min(pos / kBlockSize, std::int64_t{INT32_MAX - 1}));
 }
 
-// The n <= K shortcut, written by the warp's lanes: a row whose local block is below k keeps
-// blocks 0..local, then -1. False (nothing written) for a row that must be ranked.
-__device__ __forceinline__ bool write_short_row(std::int32_t* out, std::int64_t slot_stride, int k, int local,
-                                                int lane) {
+// The n <= K shortcut, written by the row's `width` lanes (lane 0..width - 1): a row whose local
+// block is below k keeps blocks 0..local, then -1. False (nothing written) for a row that must
+// be ranked.
+__device__ __forceinline__ bool write_short_row(std::int32_t* out, std::int64_t slot_stride, int k, int local, int lane,
+                                                int width = 32) {
   if (local >= k) return false;
-  for (int s = lane; s < k; s += 32) out[s * slot_stride] = s <= local ? s : -1;
+  for (int s = lane; s < k; s += width) out[s * slot_stride] = s <= local ? s : -1;
   return true;
 }
 
 constexpr unsigned kAll = 0xffffffffu;
-constexpr int kGroup = 128;  // candidates per warp step: 4 per lane
-constexpr int kCached = 2;   // groups whose keys pass 1 keeps in registers for pass 2
+constexpr int kCached = 2;  // groups whose keys pass 1 keeps in registers for pass 2
 
-// Sorts one key per lane across the warp, descending (lane 0 the largest).
+// Candidates per step of a row ranked by kWidth lanes: 4 per lane.
+template <int kWidth>
+inline constexpr int kGroupOf = 4 * kWidth;
+
+// Lanes per row for a selection of `want` keys: a half warp where its 16 lanes hold the list.
+constexpr int row_lanes(int want) { return want <= 16 ? 16 : 32; }
+
+// This lane's row's bits of a warp ballot (bit s: the row's lane s).
+template <int kWidth>
+__device__ __forceinline__ unsigned row_bits(unsigned ballot) {
+  if constexpr (kWidth == 32) {
+    return ballot;
+  } else {
+    const unsigned base = (threadIdx.x % 32) & ~unsigned(kWidth - 1);
+    return (ballot >> base) & ((1u << kWidth) - 1u);
+  }
+}
+
+// Sorts one key per lane across the row's kWidth lanes, descending (lane 0 the largest).
+template <int kWidth>
 __device__ __forceinline__ std::uint64_t warp_sort_descending(std::uint64_t x, int lane) {
 #pragma unroll
-  for (int k = 2; k <= 32; k <<= 1) {
+  for (int k = 2; k <= kWidth; k <<= 1) {
 #pragma unroll
     for (int j = k >> 1; j > 0; j >>= 1) {
-      const std::uint64_t y = __shfl_xor_sync(kAll, x, j);
+      const std::uint64_t y = __shfl_xor_sync(kAll, x, j, kWidth);
       // In a descending run (lane & k == 0) the lower lane of a pair keeps the larger key. Keys
       // are unique but for the empty 0, so one comparison says which of the two to keep.
       const bool keep_larger = ((lane & j) == 0) == ((lane & k) == 0);
@@ -66,31 +86,38 @@ __device__ __forceinline__ std::uint64_t warp_sort_descending(std::uint64_t x, i
   return x;
 }
 
-// The best `want` (1..31) of n candidates: lane s < want returns the s-th best key (0 where
-// fewer than s + 1 candidates exist). keys_of(c0, key) gives this lane's four keys of the group
-// of candidates starting at c0 (candidates c0 + 4 lane .. + 3; 0 at and past n), and must give
-// the same keys when asked twice.
-template <class KeysOf>
+// The best `want` (1..kWidth - 1) of n candidates: lane s < want (s = the lane within the row's
+// kWidth) returns the s-th best key (0 where fewer than s + 1 candidates exist). keys_of(c0, key)
+// gives this lane's four keys of the group of candidates starting at c0 (candidates c0 + 4 lane
+// .. + 3; 0 at and past n), and must give the same keys when asked twice. Every lane of the
+// warp calls it (with kWidth 16, the two rows' n may differ; a row with nothing to rank passes
+// n = 0).
+template <int kWidth = 32, class KeysOf>
 __device__ __forceinline__ std::uint64_t warp_best(int n, int want, int lane, KeysOf&& keys_of) {
+  static_assert(kWidth == 16 || kWidth == 32);
+  constexpr int kStep = kGroupOf<kWidth>;
+  // The loops with warp collectives run to the longer row's length.
+  const int n_warp = kWidth == 32 ? n : max(n, __shfl_xor_sync(kAll, n, 16));
   // Pass 1: this lane's best key (0: no candidate), then the list = the best of the lane maxima.
   std::uint64_t cached[kCached][4];
   std::uint64_t own = 0;
 #pragma unroll
   for (int j = 0; j < kCached; ++j) {
-    keys_of(j * kGroup, cached[j]);
+    keys_of(j * kStep, cached[j]);
 #pragma unroll
     for (int e = 0; e < 4; ++e) own = max(own, cached[j][e]);
   }
-  for (int c0 = kCached * kGroup; c0 < n; c0 += kGroup) {
+  for (int c0 = kCached * kStep; c0 < n; c0 += kStep) {
     std::uint64_t key[4];
     keys_of(c0, key);
 #pragma unroll
     for (int e = 0; e < 4; ++e) own = max(own, key[e]);
   }
-  std::uint64_t mine = warp_sort_descending(own, lane);
-  std::uint64_t bar = __shfl_sync(kAll, mine, want - 1);
+  std::uint64_t mine = warp_sort_descending<kWidth>(own, lane);
+  std::uint64_t bar = __shfl_sync(kAll, mine, want - 1, kWidth);
 
-  // Pass 2: the keys above the bar not yet listed, inserted one at a time.
+  // Pass 2: the keys above the bar not yet listed, inserted one at a time (with two rows, each
+  // row's next one at a time).
   const auto insert = [&](std::uint64_t(&key)[4]) {
     bool any = false;
 #pragma unroll
@@ -101,21 +128,26 @@ __device__ __forceinline__ std::uint64_t warp_best(int n, int want, int lane, Ke
     if (__ballot_sync(kAll, any) == 0u) return;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      for (unsigned pending = __ballot_sync(kAll, key[e] > bar); pending != 0u; pending &= pending - 1u) {
-        const std::uint64_t y = __shfl_sync(kAll, key[e], __ffs(pending) - 1);
-        if (y <= bar) continue;  // beaten by an earlier insertion (warp-uniform)
+      unsigned pending = row_bits<kWidth>(__ballot_sync(kAll, key[e] > bar));
+      // Warp-uniform trip count: the row with more pending keys sets it.
+      while (kWidth == 32 ? pending != 0u : __any_sync(kAll, pending != 0u)) {
+        const bool some = pending != 0u;
+        const std::uint64_t y = __shfl_sync(kAll, key[e], some ? __ffs(pending) - 1 : 0, kWidth);
+        pending &= pending - 1u;
+        // Beaten by an earlier insertion, or nothing left in this row: no change (row-uniform).
+        const bool go = some && y > bar;
         // y goes to position `at` (the count of better listed keys); the worse ones move down.
-        const int at = __popc(__ballot_sync(kAll, lane < want && mine > y));
-        const std::uint64_t above = __shfl_up_sync(kAll, mine, 1);
-        if (lane >= at) mine = lane == at ? y : above;
-        bar = __shfl_sync(kAll, mine, want - 1);
+        const int at = __popc(row_bits<kWidth>(__ballot_sync(kAll, lane < want && mine > y)));
+        const std::uint64_t above = __shfl_up_sync(kAll, mine, 1, kWidth);
+        if (go && lane >= at) mine = lane == at ? y : above;
+        bar = __shfl_sync(kAll, mine, want - 1, kWidth);
       }
     }
   };
 #pragma unroll
   for (int j = 0; j < kCached; ++j)
-    if (j * kGroup < n) insert(cached[j]);
-  for (int c0 = kCached * kGroup; c0 < n; c0 += kGroup) {
+    if (j * kStep < n_warp) insert(cached[j]);
+  for (int c0 = kCached * kStep; c0 < n_warp; c0 += kStep) {
     std::uint64_t key[4];
     keys_of(c0, key);
     insert(key);
