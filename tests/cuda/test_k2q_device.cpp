@@ -247,14 +247,13 @@ struct DevicePlan {
 // Device outputs and scratch of the planner's own routing (K2qDeviceInputs::route), poisoned.
 struct RouteBuffers {
   std::int64_t tiles;
-  DeviceBuffer tile, list, count, temp;
+  DeviceBuffer tile, list, count;
   msa::cuda::TileRouteParams params{};
   RouteBuffers(const PlanCase& c, const PlanInputs& in, const DevicePlan& dp, int q_per_tile)
       : tiles(msa::cuda::tile_route_tiles(c.h_kv, in.total_q, q_per_tile)),
         tile(static_cast<std::size_t>(tiles)),
         list(static_cast<std::size_t>(tiles) * 4),
-        count(4),
-        temp(msa::cuda::tile_route_temp_bytes(tiles)) {
+        count(4) {
     // Poisoned, so that an output the planner forgets shows.
     EXPECT_EQ(cudaMemset(count.get(), 0xA5, 4), cudaSuccess);
     EXPECT_EQ(cudaMemset(tile.get(), 0xA5, static_cast<std::size_t>(std::max<std::int64_t>(tiles, 1))), cudaSuccess);
@@ -275,8 +274,6 @@ struct RouteBuffers {
     params.union_tile = static_cast<std::uint8_t*>(tile.get());
     params.union_list = static_cast<std::int32_t*>(list.get());
     params.union_count = static_cast<std::int32_t*>(count.get());
-    params.temp = temp.get();
-    params.temp_bytes = msa::cuda::tile_route_temp_bytes(tiles);
   }
 };
 

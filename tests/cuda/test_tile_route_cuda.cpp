@@ -94,15 +94,12 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
 
   std::int32_t *d_ids = nullptr, *d_cu = nullptr, *d_klen = nullptr, *d_list = nullptr, *d_count = nullptr;
   std::uint8_t* d_flags = nullptr;
-  void* d_temp = nullptr;
-  const std::size_t temp_bytes = msa::cuda::tile_route_temp_bytes(tiles);
   CUDA_OK(cudaMalloc(&d_ids, w.topk.bytes()));
   CUDA_OK(cudaMalloc(&d_cu, w.cu_seqlens_q.bytes()));
   CUDA_OK(cudaMalloc(&d_klen, w.k_len.bytes()));
   CUDA_OK(cudaMalloc(&d_flags, static_cast<std::size_t>(tiles)));
   CUDA_OK(cudaMalloc(&d_list, static_cast<std::size_t>(tiles) * 4));
   CUDA_OK(cudaMalloc(&d_count, 4));
-  CUDA_OK(cudaMalloc(&d_temp, temp_bytes));
   CUDA_OK(cudaMemcpy(d_ids, ids, w.topk.bytes(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d_cu, w.cu_seqlens_q.raw(), w.cu_seqlens_q.bytes(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d_klen, w.k_len.raw(), w.k_len.bytes(), cudaMemcpyHostToDevice));
@@ -123,8 +120,6 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
   p.union_tile = d_flags;
   p.union_list = d_list;
   p.union_count = d_count;
-  p.temp = d_temp;
-  p.temp_bytes = temp_bytes;
   msa::cuda::launch_tile_route(p, nullptr);
   std::vector<std::uint8_t> got(static_cast<std::size_t>(tiles));
   std::int32_t count = -1;
@@ -136,7 +131,7 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
   CUDA_OK(cudaMemcpy(list.data(), d_list, list.size() * 4, cudaMemcpyDeviceToHost));
   EXPECT_EQ(list, want_list) << c.name;
   for (void* ptr : {static_cast<void*>(d_ids), static_cast<void*>(d_cu), static_cast<void*>(d_klen),
-                    static_cast<void*>(d_flags), static_cast<void*>(d_list), static_cast<void*>(d_count), d_temp})
+                    static_cast<void*>(d_flags), static_cast<void*>(d_list), static_cast<void*>(d_count)})
     cudaFree(ptr);
 }
 

@@ -156,8 +156,6 @@ class PrefillCuda final : public SparsePrefill::Impl {
       rp.union_tile = ws_.union_tile;
       rp.union_list = ws_.union_list;
       rp.union_count = ws_.union_count;
-      rp.temp = ws_.route_temp;
-      rp.temp_bytes = ws_.route_temp_bytes;
       in.route = &rp;  // the planner routes first (in its own head CTAs on the small path)
     }
     if (!union_only_) build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);

@@ -36,8 +36,6 @@ PrefillWorkspace prefill_workspace(const AttentionShape& shape, const ProblemSiz
     w.union_tile = arena.take<std::uint8_t>(static_cast<std::size_t>(w.tiles));
     w.union_list = arena.take<std::int32_t>(static_cast<std::size_t>(w.tiles));
     w.union_count = arena.take<std::int32_t>(1);
-    w.route_temp_bytes = tile_route_temp_bytes(w.tiles);
-    w.route_temp = arena.take_bytes(w.route_temp_bytes);
   }
   w.bytes = arena.bytes();
   return w;

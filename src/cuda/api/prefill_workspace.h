@@ -27,8 +27,6 @@ struct PrefillWorkspace {
   std::uint8_t* union_tile = nullptr;   // [tiles]
   std::int32_t* union_list = nullptr;   // [tiles]
   std::int32_t* union_count = nullptr;  // [1]
-  void* route_temp = nullptr;           // [route_temp_bytes]
-  std::size_t route_temp_bytes = 0;
   std::size_t bytes = 0;  // the whole layout
 };
 

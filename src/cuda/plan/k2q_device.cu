@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 #include <algorithm>
 #include <climits>
 #include <cub/device/device_scan.cuh>
@@ -46,6 +48,17 @@ std::int64_t next_pow2(std::int64_t v) {
 // Entries of the flat (edges, items) scan: one per row and a zero padding row per head.
 std::int64_t scan_items(const K2qDeviceGeometry& g) { return (g.max_rows + 1) * g.h_kv; }
 
+// The flat scan's input: entry i of [h_kv, stride] row totals, zero for rows past total_rows
+// (the unit prefix writes only existing rows) and for each head's padding row.
+struct LiveRowTotal {
+  const K2qRowTotal* totals;
+  const std::int32_t* total_rows;
+  std::int64_t stride;  // max_rows + 1
+  __device__ K2qRowTotal operator()(std::int64_t i) const {
+    return i % stride < *total_rows ? totals[i] : K2qRowTotal{0};
+  }
+};
+
 k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, const K2qDeviceBuffers& out) {
   k2q::BuildParams p{};
   p.cu_seqlens_q = in.cu_seqlens_q;
@@ -56,13 +69,16 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   p.union_tile = in.union_tile;
   p.route_q_per_tile = in.union_tile != nullptr ? in.route_q_per_tile : 1;
   p.route_per_head = in.union_tile != nullptr ? static_cast<int>(tiles_per_head(g.total_q, in.route_q_per_tile)) : 0;
-  if (in.route != nullptr && in.union_tile == nullptr) {  // the small path routes in its head CTAs
-    p.route_tile_out = in.route->union_tile;
+  if (in.route != nullptr) {  // the planner routes and lists the flagged tiles
     p.union_list = in.route->union_list;
     p.union_count = in.route->union_count;
     p.route_q_per_tile = in.route->q_per_tile;
     p.route_group = in.route->group;
     p.route_per_head = static_cast<int>(tiles_per_head(g.total_q, in.route->q_per_tile));
+    if (g.small)
+      p.route_tile_out = in.route->union_tile;  // in its head CTAs
+    else
+      p.union_tile = in.route->union_tile;  // launch_tile_route's flags, read by the count
   }
   p.row_coords = out.row_coords;
   p.row_ptr = out.row_ptr;
@@ -236,16 +252,13 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     launch_pdl(k2q_small_finish_kernel, finish, stream, true, p);
     return;
   }
-  K2qDeviceInputs routed = in;
-  if (in.route != nullptr) {
-    launch_tile_route(*in.route, stream);
-    routed.union_tile = in.route->union_tile;
-    routed.route_q_per_tile = in.route->q_per_tile;
-    routed.route = nullptr;
-  }
-  const BuildParams p = make_params(g, routed, out);
+  // The routing's flags first (its list is compacted in the finalize launch).
+  if (in.route != nullptr) launch_tile_route(*in.route, stream, RouteList::kFlagsOnly);
+  const BuildParams p = make_params(g, in, out);
   const std::int64_t n_scan = scan_items(g);
-
+  // Plain launches: programmatic ones (each kernel letting the next launch at once and waiting
+  // for the previous grid) made the plan slower in a graph, 0.047 -> 0.061 ms for 2048 tokens on
+  // a 128k prefix (docs/performance.md, step 36).
   k2q_row_map_kernel<<<static_cast<unsigned>(g.max_blocks + 1), kMapThreads, 0, stream>>>(p);
 
   grant_smem(false, g.unit_smem_bytes);
@@ -254,22 +267,23 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
   const unsigned unit_threads = static_cast<unsigned>(g.unit_warps * 32);
   k2q_count_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
 
-  // Rows that do not exist (past total_rows) must scan as zeros.
-  MSA_CUDA_CHECK(cudaMemsetAsync(out.row_totals, 0, static_cast<std::size_t>(n_scan) * sizeof(K2qRowTotal), stream));
   const dim3 prefix_grid(static_cast<unsigned>(std::max<std::int64_t>(1, g.batch * p.level_tiles)),
                          static_cast<unsigned>(g.h_kv));
   k2q_unit_prefix_kernel<<<prefix_grid, kPrefixWarps * 32, 0, stream>>>(p);
 
+  // The flat scan reads rows past total_rows (which the unit prefix leaves unwritten) as zeros.
+  const auto scan_in = thrust::make_transform_iterator(thrust::counting_iterator<std::int64_t>(0),
+                                                       LiveRowTotal{p.row_totals, p.total_rows, g.max_rows + 1});
   std::size_t temp_bytes = 0;
   MSA_CUDA_CHECK(
-      cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, p.row_totals, p.row_scan, static_cast<int>(n_scan), stream));
+      cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, scan_in, p.row_scan, static_cast<int>(n_scan), stream));
   cub_temp_check(temp_bytes, cub_temp_bound(n_scan), "k2q scan scratch");
-  MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(out.cub_temp, temp_bytes, p.row_totals, p.row_scan,
-                                               static_cast<int>(n_scan), stream));
+  MSA_CUDA_CHECK(
+      cub::DeviceScan::ExclusiveSum(out.cub_temp, temp_bytes, scan_in, p.row_scan, static_cast<int>(n_scan), stream));
 
-  k2q_finalize_kernel<<<static_cast<unsigned>(ceil_div(n_scan, kFinalizeThreads)), kFinalizeThreads, 0, stream>>>(p);
-  k2q_items_kernel<<<static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.work_capacity, kFinalizeThreads))),
-                     kFinalizeThreads, 0, stream>>>(p);
+  const auto finalize_ctas =
+      static_cast<unsigned>(finalize_list_ctas(p) + finalize_row_ctas(p) + finalize_item_ctas(p));
+  k2q_finalize_kernel<<<finalize_ctas, kFinalizeThreads, 0, stream>>>(p);
   k2q_scatter_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
 
   const dim3 tail_grid(

@@ -47,7 +47,7 @@ struct K2qDeviceGeometry {
   // The small path (k2q_small_kernels.cuh): the whole plan in two launches, one CTA per KV head
   // and one to finish, chosen where it fits (k2q_small_fits) and was measured faster (at most
   // k2q::kSmallChosenSlots top-k slots per head and kSmallChosenPairs (head, row) pairs); the
-  // general path's ten launches otherwise. Same output byte for byte. Tests set it either way
+  // general path's eight kernels otherwise. Same output byte for byte. Tests set it either way
   // on any geometry that fits.
   bool small = false;
   std::size_t small_smem_bytes = 0;  // dynamic shared memory of the head CTA

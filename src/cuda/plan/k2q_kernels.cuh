@@ -12,9 +12,11 @@
 //                  units, lanes = levels, so every access is a coalesced row of counts), and
 //                  the row's (edges, work items).
 //      flat scan   cub::DeviceScan over [h_kv, max_rows + 1] (edges, items) pairs (launched by
-//                  build_k2q_device).
-//      finalize    row_ptr (the flat scan minus the head's base) and work_count; then one
-//                  thread per work slot writes its WorkItem (binary search over the scan).
+//                  build_k2q_device), rows past total_rows read as zeros.
+//      finalize    one launch, three kinds of CTA: row_ptr (the flat scan minus the head's
+//                  base) and work_count; one thread per work slot writing its WorkItem (binary
+//                  search over the scan); and, when the planner routed, one CTA compacting the
+//                  routed tiles' list (tile_route.cuh).
 //   4. scatter     the count warps again: per-block cursors = row_ptr + unit prefix, qsplit
 //                  placed in query order (lane order within a pass) with no global atomics, so
 //                  every row is q-ascending exactly as the host's sequential writer leaves it.
@@ -34,6 +36,7 @@
 #include "core/plan_encoding.h"
 #include "cuda/plan/k2q_params.h"
 #include "cuda/plan/tile_keys.cuh"
+#include "cuda/plan/tile_route.cuh"
 
 namespace msa::cuda::k2q {
 
@@ -326,25 +329,37 @@ __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(cons
   }
 }
 
-// ---- stage 3b: row_ptr, work_count; work items --------------------------------------------
+// ---- stage 3b: row_ptr, work_count; work items; the routed tiles' list --------------------
 
-__global__ void __launch_bounds__(kFinalizeThreads) k2q_finalize_kernel(const BuildParams p) {
+// CTAs of the finalize launch: [route list (when the planner routed: one), row_ptr, items].
+__host__ __device__ inline int finalize_list_ctas(const BuildParams& p) { return p.union_list != nullptr ? 1 : 0; }
+__host__ __device__ inline int finalize_row_ctas(const BuildParams& p) {
+  const std::int64_t n = (static_cast<std::int64_t>(p.max_rows) + 1) * p.h_kv;
+  return static_cast<int>((n + kFinalizeThreads - 1) / kFinalizeThreads);
+}
+__host__ __device__ inline int finalize_item_ctas(const BuildParams& p) {
+  const int ctas = (p.work_capacity + kFinalizeThreads - 1) / kFinalizeThreads;
+  return ctas > 0 ? ctas : 1;
+}
+
+// row_ptr[idx] (the flat scan minus the head's base); the last entry, a zero padding row whose
+// exclusive value is the total, gives work_count.
+__device__ __forceinline__ void finalize_row_ptr(const BuildParams& p, std::int64_t idx) {
   const std::int64_t stride = static_cast<std::int64_t>(p.max_rows) + 1;
   const std::int64_t n = stride * p.h_kv;
-  const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * kFinalizeThreads + threadIdx.x;
   if (idx >= n) return;
   const int h = static_cast<int>(idx / stride);
   p.row_ptr[idx] = static_cast<int>(total_edges(p.row_scan[idx]) - total_edges(p.row_scan[h * stride]));
-  if (idx == n - 1)  // the last entry is a zero padding row: its exclusive value is the total
+  if (idx == n - 1)
     *p.work_count = static_cast<int>(min(total_items(p.row_scan[idx]), static_cast<unsigned>(p.work_capacity)));
 }
 
-// One thread per work slot: the row whose items cover slot w is the last entry whose
-// exclusive item count is <= w (rows without items share the next row's value).
-__global__ void __launch_bounds__(kFinalizeThreads) k2q_items_kernel(const BuildParams p) {
+// Work slot w: the row whose items cover it is the last entry whose exclusive item count is
+// <= w (rows without items share the next row's value); that row has items, so it is not the
+// last entry (the padding row, no items) and the next entry's scan gives its edges.
+__device__ __forceinline__ void finalize_item(const BuildParams& p, unsigned w) {
   const std::int64_t stride = static_cast<std::int64_t>(p.max_rows) + 1;
   const std::int64_t n = stride * p.h_kv;
-  const unsigned w = blockIdx.x * kFinalizeThreads + threadIdx.x;
   const unsigned count = min(total_items(p.row_scan[n - 1]), static_cast<unsigned>(p.work_capacity));
   if (w >= count) return;
   std::int64_t lo = 0, hi = n - 1;
@@ -359,10 +374,27 @@ __global__ void __launch_bounds__(kFinalizeThreads) k2q_items_kernel(const Build
   const int row = static_cast<int>(lo - h * stride);
   const K2qRowTotal ex = p.row_scan[lo];
   const int row_begin = static_cast<int>(total_edges(ex) - total_edges(p.row_scan[h * stride]));
-  const int edges = static_cast<int>(total_edges(p.row_totals[lo]));
+  const int edges = static_cast<int>(total_edges(p.row_scan[lo + 1]) - total_edges(ex));
   const int first = static_cast<int>(w - total_items(ex)) * p.q_per_item;
   const std::int32_t* coords = p.row_coords + 2 * static_cast<std::int64_t>(row);  // (b, block)
   p.work[w] = WorkItem{h, row, row_begin + first, min(p.q_per_item, edges - first), coords[0], coords[1]};
+}
+
+__global__ void __launch_bounds__(kFinalizeThreads) k2q_finalize_kernel(const BuildParams p) {
+  __shared__ typename cub::BlockScan<int, kFinalizeThreads>::TempStorage list_scan;
+  int cta = blockIdx.x;
+  if (cta < finalize_list_ctas(p)) {  // CTA-uniform
+    compact_route_list<kFinalizeThreads, kRouteListItems>(p.union_tile, p.route_per_head, p.h_kv, p.union_list,
+                                                          p.union_count, list_scan);
+    return;
+  }
+  cta -= finalize_list_ctas(p);
+  if (cta < finalize_row_ctas(p)) {
+    finalize_row_ptr(p, static_cast<std::int64_t>(cta) * kFinalizeThreads + threadIdx.x);
+    return;
+  }
+  cta -= finalize_row_ctas(p);
+  finalize_item(p, static_cast<unsigned>(cta) * kFinalizeThreads + threadIdx.x);
 }
 
 // ---- stage 4: scatter -----------------------------------------------------------------------

@@ -16,6 +16,7 @@ inline constexpr int kPrefixWarps = 16;       // unit prefix CTA: warps split th
 inline constexpr int kPrefixBatch = 8;        // counts loaded before they are summed
 inline constexpr int kPassBatch = 4;          // top-k passes loaded ahead of their analysis
 inline constexpr int kFinalizeThreads = 256;  // row_ptr and work items: one thread per entry
+inline constexpr int kRouteListItems = 32;    // the finalize launch's list CTA: ranks per thread and round
 inline constexpr int kTailThreads = 256;      // finish pass
 inline constexpr int kTailMaxCtasPerHead = 1024;
 inline constexpr int kMaxUnitWarps = 8;    // count/scatter CTA
@@ -84,11 +85,13 @@ struct BuildParams {
   int route_per_head;
   int route_group;  // h_q / h_kv, for the small path's own routing (union_path_wins)
   // Routing computed by the small path itself (k2q_small_kernels.cuh; null union_tile: not
-  // asked). Then union_tile above is null and these are written: the flags, and the flagged
-  // tiles in rank order (tile_of_rank), as launch_tile_route writes them.
+  // asked). Then union_tile above is null and route_tile_out gets the flags.
   std::uint8_t* route_tile_out;  // [h_kv, route_per_head]
-  std::int32_t* union_list;      // [h_kv * route_per_head]
-  std::int32_t* union_count;     // [1]
+  // When the planner routed (either path; null otherwise): the flagged tiles in rank order
+  // (tile_of_rank), as launch_tile_route's compaction writes them. The general path compacts
+  // union_tile (which launch_tile_route wrote) in its finalize launch.
+  std::int32_t* union_list;   // [h_kv * route_per_head]
+  std::int32_t* union_count;  // [1]
   // outputs
   std::int32_t* row_coords;    // [max_rows, 2] (b, block)
   std::int32_t* row_ptr;       // [h_kv, max_rows + 1]

@@ -1,7 +1,8 @@
 // The device k2q planner's small path: the whole plan in two launches, for problems whose top-k
 // slots fit one CTA per KV head (k2q_device_sizes decides; build_k2q_device launches). The
-// general path (k2q_kernels.cuh) takes ten launches, each a few microseconds on an idle GPU,
-// which is most of a small chunk's plan (docs/performance.md, step 20).
+// general path (k2q_kernels.cuh) takes eight kernels (ten when this was measured), each a few
+// microseconds on an idle GPU, which is most of a small chunk's plan (docs/performance.md,
+// step 20).
 //
 //   1. head CTA    one CTA of kSmallThreads per KV head. The head's top-k slots (slot
 //                  s = q * K' + j) are loaded into shared memory and analysed once (valid,
@@ -29,6 +30,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/plan/k2q_params.h"
 #include "cuda/plan/tile_keys.cuh"
+#include "cuda/plan/tile_route.cuh"
 
 namespace msa::cuda::k2q {
 
@@ -318,25 +320,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
 
   // The routed tiles, in rank order (tile_of_rank).
   if (p.route_tile_out == nullptr) return;
-  const int tiles = p.h_kv * p.route_per_head;
-  const auto tile_at = [&](int r) { return tile_of_rank(r, p.route_per_head, p.h_kv); };
-  int listed = 0;
-  for (int base = 0; base < tiles; base += kSmallThreads * kSmallItemsPerThread) {
-    const int t0 = base + tid * kSmallItemsPerThread;
-    unsigned flags = 0;
-#pragma unroll
-    for (int k = 0; k < kSmallItemsPerThread; ++k)
-      if (t0 + k < tiles && p.route_tile_out[tile_at(t0 + k)] != 0) flags |= 1u << k;
-    int ex = 0, agg = 0;
-    Scan(scan_tmp).ExclusiveSum(__popc(flags), ex, agg);
-    int at = listed + ex;
-#pragma unroll
-    for (int k = 0; k < kSmallItemsPerThread; ++k)
-      if (flags >> k & 1u) p.union_list[at++] = tile_at(t0 + k);
-    listed += agg;
-    __syncthreads();
-  }
-  if (tid == 0) *p.union_count = listed;
+  compact_route_list<kSmallThreads, kSmallItemsPerThread>(p.route_tile_out, p.route_per_head, p.h_kv, p.union_list,
+                                                          p.union_count, scan_tmp);
 }
 
 }  // namespace msa::cuda::k2q

@@ -1,8 +1,8 @@
 // The planner's per-tile routing for PrefillPath::kAuto (rule and CPU twin: core/tile_route.h):
 // one warp per (KV head, query tile) of the tile-union kernel counts the tile's union and its
 // rows' edges and flags the tile when union_path_wins; the flagged tiles are then compacted,
-// in rank order (tile_of_rank: heaviest first), into the list the tile-union kernel walks.
-// Capturable in a CUDA graph; no host synchronisation.
+// in rank order (tile_of_rank: heaviest first), into the list the tile-union kernel walks
+// (device code: tile_route.cuh). Capturable in a CUDA graph; no host synchronisation.
 #pragma once
 
 #include <cstddef>
@@ -29,16 +29,15 @@ struct TileRouteParams {
   std::uint8_t* union_tile;   // [tiles] 1: the tile-union kernel takes the tile
   std::int32_t* union_list;   // [tiles] the flagged tiles in rank order; first *union_count
   std::int32_t* union_count;  // [1]
-  // scratch
-  void* temp;  // tile_route_temp_bytes(tiles) bytes
-  std::size_t temp_bytes;
 };
 
 // tiles = h_kv * tiles_per_head(total_q, q_per_tile), < 2^31.
 std::int64_t tile_route_tiles(int h_kv, std::int64_t total_q, int q_per_tile);
-// Scratch of the compaction: cub_temp_bound(tiles), no device needed (checked against CUB at launch).
-std::size_t tile_route_temp_bytes(std::int64_t tiles);
+// kCompact: the flags, then the list and its count (a second launch of one CTA). kFlagsOnly:
+// the flags; the caller compacts them (compact_route_list, tile_route.cuh) in a launch of its
+// own, as the k2q planner does.
+enum class RouteList { kCompact, kFlagsOnly };
 
-void launch_tile_route(const TileRouteParams& p, cudaStream_t stream);
+void launch_tile_route(const TileRouteParams& p, cudaStream_t stream, RouteList list = RouteList::kCompact);
 
 }  // namespace msa::cuda

@@ -1,0 +1,134 @@
+// The planner's PrefillPath::kAuto routing, device side (rule and CPU twin: core/tile_route.h):
+// the warp that routes one tile, and the CTA that compacts the flagged tiles into the
+// tile-union kernel's list. tile_route.cu launches the routing (and, standalone, the
+// compaction); the k2q planner compacts in a CTA of its finalize launch (k2q_kernels.cuh) or
+// of its small path's finish CTA (k2q_small_kernels.cuh), so that the list costs no launch.
+#pragma once
+
+#include <cstdint>
+#include <cub/block/block_scan.cuh>
+
+#include "core/plan_encoding.h"
+#include "core/tile_route.h"
+#include "cuda/plan/tile_keys.cuh"
+#include "cuda/plan/tile_route.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
+
+namespace msa::cuda {
+
+inline constexpr int kRouteWarps = 8;  // routing CTA: one warp per tile at a time
+
+// A routing warp's shared memory, in ints: the tile's keys [entries], then its open-addressing
+// table of the smallest power of two >= 2 * entries slots (at most half used).
+__host__ __device__ constexpr int route_table_slots(int entries) {
+  int slots = 2;
+  while (slots < 2 * entries) slots <<= 1;
+  return slots;
+}
+__host__ __device__ constexpr int route_warp_ints(int entries) { return entries + route_table_slots(entries); }
+static_assert(kRouteWarps * route_warp_ints(kTileUnionMaxEntries) * 4 <= 48 * 1024,
+              "the routing CTA's dynamic shared memory stays within the default 48 KB");
+
+// Warp-collective (every lane of the warp calls it): routes `tile` (< h_kv * per_head) and
+// writes its flag; kLaneEntries >= q_per_tile * topk / 32 (the ids a lane holds). Entry e = (tile query e / topk, slot
+// e % topk) gets its union key (tile_keys.cuh, the keys the tile-union kernel's builders compute). A key counts once
+// towards the union: every entry offers it to the table (atomicCAS), and the one offer that
+// finds a free slot counts it, in any order. An entry counts as an edge when no earlier entry
+// of its own row holds its key (at most topk - 1 compares).
+//
+// The warp's loads go out together: lane i < nq finds query i's request (one binary search,
+// shared through shuffles), and every id of the tile is loaded before any is used. Each entry
+// searching its request and loading its id in turn left the warp waiting on a chain of global
+// loads per 32 entries (docs/performance.md, step 36).
+template <int kLaneEntries>
+__device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_t tile, std::int64_t per_head, int lane,
+                                           std::int32_t* s_key, std::int32_t* s_table) {
+  constexpr unsigned kFull = 0xffffffffu;
+  const int h = static_cast<int>(tile / per_head);
+  const std::int64_t q0 = (tile - h * per_head) * p.q_per_tile;
+  const int nq = static_cast<int>(min(std::int64_t(p.q_per_tile), p.total_q - q0));
+  const int n = nq * p.topk;  // <= 32 * kLaneEntries
+  const int bits = 31 - __clz(route_table_slots(n));
+  const unsigned slots = 1u << bits;
+  for (unsigned i = lane; i < slots; i += 32) s_table[i] = union_key::kNone;
+
+  int segment = 0, blocks = 0;  // of query q0 + lane
+  if (lane < nq) {
+    const TileQuery tq = locate_tile_query(p.cu_seqlens_q, p.k_len, p.batch, q0, q0 + lane, 0);
+    segment = tq.segment;
+    blocks = tq.blocks;
+  }
+  const std::int32_t* g_ids = p.ids + h * p.stride_topk_head + q0 * p.stride_topk_token;
+  std::int32_t ids[kLaneEntries];
+#pragma unroll
+  for (int k = 0; k < kLaneEntries; ++k) {
+    const int e = lane + 32 * k;
+    const int i = e / p.topk;
+    ids[k] = e < n ? __ldg(g_ids + i * p.stride_topk_token + (e - i * p.topk)) : -1;
+  }
+  __syncwarp();  // the table is clear
+
+  unsigned unions = 0, edges = 0;  // this lane's counts
+#pragma unroll
+  for (int k = 0; k < kLaneEntries; ++k) {
+    if (32 * k >= n) break;  // warp-uniform
+    const int e = lane + 32 * k;
+    const int i = min(e / p.topk, 31);
+    const int seg = __shfl_sync(kFull, segment, i);
+    const int blk = __shfl_sync(kFull, blocks, i);
+    if (e >= n) continue;
+    const std::int32_t key = union_key::of_id(seg, ids[k], blk);
+    s_key[e] = key;
+    if (key == union_key::kNone) continue;
+    bool fresh;
+    offer_union_key(s_table, bits, key, fresh);  // at most n < slots keys
+    unions += fresh;
+  }
+  __syncwarp();  // every key written
+  for (int e = lane; e < n; e += 32) {
+    const std::int32_t key = s_key[e];
+    if (key == union_key::kNone) continue;
+    bool first = true;
+    for (int j = e - e % p.topk; j < e; ++j) first &= s_key[j] != key;
+    edges += first;
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    unions += __shfl_xor_sync(kFull, unions, off);
+    edges += __shfl_xor_sync(kFull, edges, off);
+  }
+  if (lane == 0) p.union_tile[tile] = union_path_wins(unions, edges, p.group) ? 1 : 0;
+  __syncwarp();  // the caller's next tile overwrites the keys and the table
+}
+
+// CTA-collective (all kThreads threads): the flagged tiles of `flags` [h_kv * per_head] in rank
+// order (tile_of_rank) into list, their number into *count. kItems consecutive ranks per thread
+// and one block scan per round.
+template <int kThreads, int kItems>
+__device__ __forceinline__ void compact_route_list(const std::uint8_t* flags, int per_head, int h_kv,
+                                                   std::int32_t* list, std::int32_t* count,
+                                                   typename cub::BlockScan<int, kThreads>::TempStorage& scan_tmp) {
+  static_assert(kItems <= 32, "a thread's flags are the bits of one word");
+  using Scan = cub::BlockScan<int, kThreads>;
+  const int tid = threadIdx.x;
+  const int tiles = h_kv * per_head;
+  const auto tile_at = [&](int r) { return tile_of_rank(r, per_head, h_kv); };
+  int listed = 0;
+  for (int base = 0; base < tiles; base += kThreads * kItems) {
+    const int r0 = base + tid * kItems;
+    unsigned mine = 0;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k)
+      if (r0 + k < tiles && flags[tile_at(r0 + k)] != 0) mine |= 1u << k;
+    int ex = 0, agg = 0;
+    Scan(scan_tmp).ExclusiveSum(__popc(mine), ex, agg);
+    int at = listed + ex;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k)
+      if (mine >> k & 1u) list[at++] = tile_at(r0 + k);
+    listed += agg;
+    __syncthreads();  // scan_tmp is reused
+  }
+  if (tid == 0) *count = listed;
+}
+
+}  // namespace msa::cuda
