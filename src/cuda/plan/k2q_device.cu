@@ -252,14 +252,32 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     launch_pdl(k2q_small_finish_kernel, finish, stream, true, p);
     return;
   }
-  // The routing's flags first (its list is compacted in the finalize launch).
-  if (in.route != nullptr) launch_tile_route(*in.route, stream, RouteList::kFlagsOnly);
   const BuildParams p = make_params(g, in, out);
   const std::int64_t n_scan = scan_items(g);
   // Plain launches: programmatic ones (each kernel letting the next launch at once and waiting
   // for the previous grid) made the plan slower in a graph, 0.047 -> 0.061 ms for 2048 tokens on
   // a 128k prefix (docs/performance.md, step 36).
-  k2q_row_map_kernel<<<static_cast<unsigned>(g.max_blocks + 1), kMapThreads, 0, stream>>>(p);
+
+  // The routing's flags (its list is compacted in the finalize launch) beside the row map.
+  TileRouteParams route{};
+  int route_ctas = 0;
+  std::size_t map_smem = sizeof(MapTemp);
+  if (in.route != nullptr) {
+    route = *in.route;
+    route_ctas = tile_route_ctas(route);
+    if (route_ctas > 0) map_smem = std::max(map_smem, tile_route_smem_bytes(route));
+  }
+  const auto map_ctas = static_cast<unsigned>(route_ctas + g.max_blocks + 1);
+  switch (route_ctas > 0 ? route_lane_entries(route.q_per_tile * route.topk) : 4) {
+    case 4:
+      k2q_route_map_kernel<4><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas);
+      break;
+    case 8:
+      k2q_route_map_kernel<8><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas);
+      break;
+    default:
+      k2q_route_map_kernel<16><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas);
+  }
 
   grant_smem(false, g.unit_smem_bytes);
   const dim3 unit_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.max_units, g.unit_warps))),

@@ -3,7 +3,8 @@
 //
 //   1. row map     one CTA per level l: rows of level l start at sum_b min(rows_b, l) and are
 //                  numbered request-minor by a block scan of (rows_b > l); one extra CTA scans
-//                  the per-request unit counts (unit_start) and sums total_rows.
+//                  the per-request unit counts (unit_start) and sums total_rows. Under
+//                  PrefillPath::kAuto the same launch routes the tiles in CTAs of its own.
 //   2. count       one warp per (unit, kv head): a unit is <= q_per_unit consecutive queries of
 //                  one request; it counts its edges per block in a shared-memory histogram and
 //                  writes split_counts.
@@ -69,24 +70,28 @@ __device__ __forceinline__ QueryRange request_queries(const BuildParams& p, int 
   return QueryRange{begin, end};
 }
 
-// ---- stage 1: row map and units -------------------------------------------------------------
+// ---- stage 1: routing (PrefillPath::kAuto), row map and units -------------------------------
 
-template <class Scan, class Reduce>
-union MapTemp {
-  typename Scan::TempStorage scan;
-  typename Reduce::TempStorage reduce;
-};
-
-__global__ void __launch_bounds__(kMapThreads) k2q_row_map_kernel(const BuildParams p) {
+// The row map's CTA scratch, at the start of the launch's dynamic shared memory (where the
+// routing CTAs keep their tables).
+struct MapTemp {
   using Scan = cub::BlockScan<int, kMapThreads>;
   using Reduce = cub::BlockReduce<int, kMapThreads>;
-  __shared__ MapTemp<Scan, Reduce> tmp;
-  __shared__ int s_level_start;
-  const int tid = threadIdx.x;
-  const int level = blockIdx.x;
+  union {
+    Scan::TempStorage scan;
+    Reduce::TempStorage reduce;
+  };
+  int level_start;
+};
 
+// One CTA of the row map: level < max_blocks numbers its rows, level == max_blocks writes
+// unit_start and total_rows.
+__device__ __forceinline__ void row_map_cta(const BuildParams& p, int level, MapTemp& tmp) {
+  using Scan = MapTemp::Scan;
+  using Reduce = MapTemp::Reduce;
+  const int tid = threadIdx.x;
   if (level == p.max_blocks) {
-    // The extra CTA: unit_start = exclusive scan of ceil(q_len / q_per_unit); total_rows.
+    // unit_start = exclusive scan of ceil(q_len / q_per_unit); total_rows.
     int carry = 0;
     int rows_part = 0;
     for (int base = 0; base < p.batch; base += kMapThreads) {
@@ -115,9 +120,9 @@ __global__ void __launch_bounds__(kMapThreads) k2q_row_map_kernel(const BuildPar
   int part = 0;
   for (int b = tid; b < p.batch; b += kMapThreads) part += min(request_blocks(p, b), level);
   const int start = Reduce(tmp.reduce).Sum(part);
-  if (tid == 0) s_level_start = start;
+  if (tid == 0) tmp.level_start = start;
   __syncthreads();
-  int carry = s_level_start;
+  int carry = tmp.level_start;
   for (int base = 0; base < p.batch; base += kMapThreads) {
     const int b = base + tid;
     const int has = (b < p.batch && request_blocks(p, b) > level) ? 1 : 0;
@@ -132,6 +137,23 @@ __global__ void __launch_bounds__(kMapThreads) k2q_row_map_kernel(const BuildPar
     carry += agg;
     __syncthreads();
   }
+}
+
+// One launch, two kinds of CTA, both reading only the inputs: the first route_ctas route the
+// tiles of `route` (one warp per tile at a time, tile_route.cuh), the others map rows (level =
+// blockIdx.x - route_ctas), so that the row map runs beside the routing instead of after it
+// (docs/performance.md, step 36). route_ctas is 0 when the plan does not route. Dynamic shared
+// memory: the larger of MapTemp and tile_route_smem_bytes(route).
+static_assert(kMapThreads == kRouteWarps * 32, "routing and row map CTAs share the launch's block size");
+template <int kLaneEntries>
+__global__ void __launch_bounds__(kMapThreads, kLaneEntries <= 8 ? 4 : 3)
+    k2q_route_map_kernel(const BuildParams p, const TileRouteParams route, int route_ctas) {
+  extern __shared__ __align__(16) unsigned char s_dyn[];
+  if (static_cast<int>(blockIdx.x) >= route_ctas) {  // CTA-uniform
+    row_map_cta(p, static_cast<int>(blockIdx.x) - route_ctas, *reinterpret_cast<MapTemp*>(s_dyn));
+    return;
+  }
+  route_cta<kLaneEntries>(route, static_cast<int>(blockIdx.x), route_ctas, reinterpret_cast<std::int32_t*>(s_dyn));
 }
 
 // ---- shared by the count and scatter warps --------------------------------------------------

@@ -16,7 +16,14 @@
 
 namespace msa::cuda {
 
-inline constexpr int kRouteWarps = 8;  // routing CTA: one warp per tile at a time
+inline constexpr int kRouteWarps = 8;       // routing CTA: one warp per tile at a time
+inline constexpr int kRouteMaxCtas = 4096;  // routing CTAs of a launch (warps then take more tiles)
+
+// The instance (ids a lane holds: 4, 8 or 16) for tiles of `entries` = q_per_tile * topk.
+__host__ __device__ constexpr int route_lane_entries(int entries) {
+  return entries <= 4 * 32 ? 4 : entries <= 8 * 32 ? 8 : 16;
+}
+static_assert(route_lane_entries(kTileUnionMaxEntries) * 32 >= kTileUnionMaxEntries, "a tile's ids fit the lanes");
 
 // A routing warp's shared memory, in ints: the tile's keys [entries], then its open-addressing
 // table of the smallest power of two >= 2 * entries slots (at most half used).
@@ -98,6 +105,21 @@ __device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_
   }
   if (lane == 0) p.union_tile[tile] = union_path_wins(unions, edges, p.group) ? 1 : 0;
   __syncwarp();  // the caller's next tile overwrites the keys and the table
+}
+
+// One routing CTA (kRouteWarps warps), number `cta` of `ctas`: its warps take tiles cta *
+// kRouteWarps + warp, then every ctas * kRouteWarps-th after it. s_route: the CTA's dynamic shared
+// memory, route_warp_ints(q_per_tile * topk) ints per warp.
+template <int kLaneEntries>
+__device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int entries = p.q_per_tile * p.topk;
+  std::int32_t* s_key = s_route + warp * route_warp_ints(entries);
+  const std::int64_t per_head = tiles_per_head(p.total_q, p.q_per_tile);
+  const std::int64_t tiles = per_head * p.h_kv;
+  for (std::int64_t tile = std::int64_t(cta) * kRouteWarps + warp; tile < tiles;
+       tile += std::int64_t(ctas) * kRouteWarps)
+    route_tile<kLaneEntries>(p, tile, per_head, lane, s_key, s_key + entries);
 }
 
 // CTA-collective (all kThreads threads): the flagged tiles of `flags` [h_kv * per_head] in rank

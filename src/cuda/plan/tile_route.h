@@ -33,11 +33,15 @@ struct TileRouteParams {
 
 // tiles = h_kv * tiles_per_head(total_q, q_per_tile), < 2^31.
 std::int64_t tile_route_tiles(int h_kv, std::int64_t total_q, int q_per_tile);
-// kCompact: the flags, then the list and its count (a second launch of one CTA). kFlagsOnly:
-// the flags; the caller compacts them (compact_route_list, tile_route.cuh) in a launch of its
-// own, as the k2q planner does.
-enum class RouteList { kCompact, kFlagsOnly };
+// The routing's CTAs (kRouteWarps warps each, a tile per warp at a time; 0 when there is no
+// tile) and their dynamic shared memory, after checking p's geometry (the operator layer
+// validated it). The k2q planner routes in CTAs of its row map's launch (k2q_kernels.cuh).
+int tile_route_ctas(const TileRouteParams& p);
+std::size_t tile_route_smem_bytes(const TileRouteParams& p);
 
-void launch_tile_route(const TileRouteParams& p, cudaStream_t stream, RouteList list = RouteList::kCompact);
+// The flags, then the list and its count (a second launch, of one CTA): the routing on its own,
+// as the tests run it against the CPU twin. The planner runs the same device code in its own
+// launches (tile_route.cuh).
+void launch_tile_route(const TileRouteParams& p, cudaStream_t stream);
 
 }  // namespace msa::cuda
