@@ -24,12 +24,13 @@ namespace msa::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-// Two rows per warp from this many rows up. A half warp's 16 lane maxima leave a lower bar than
-// 32 (about 9 insertions per row of random scores instead of 3, by a simulation), but the row's
-// setup and sort are shared by two rows: on the H100 (docs/performance.md, step 34) 0.131 ->
-// 0.116 ms at 131k rows (S = 32k, h 4) and 63 -> 47 us at 65k, while launches of a few thousand
-// rows, whose warps do not fill the GPU, were slower (1024 rows of 780 candidates: 13 -> 20 us):
-// their time is one row's latency, which a half warp doubles.
+// Two rows per warp from this many rows up. The row's setup and sort are shared by two rows: on
+// the H100 (docs/performance.md, step 34) 0.131 -> 0.116 ms at 131k rows (S = 32k, h 4) and 63
+// -> 47 us at 65k, while launches of a few thousand rows, whose warps do not fill the GPU, were
+// slower (1024 rows of 780 candidates: 13 -> 20 us): their time is one row's latency, which a
+// half warp doubles. 16 lane maxima left a lower bar than 32 (about 9 insertions per row of
+// random scores instead of 3, by a simulation); seeding the list with each lane's best two keys
+// (warp_select.cuh) brings that to about 1.5: 0.116 -> 0.101 ms at S = 32k (step 37).
 constexpr std::int64_t kHalfWarpRows = 32768;
 using topk_select::kAll;
 

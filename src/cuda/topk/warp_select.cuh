@@ -6,10 +6,12 @@
 //
 // Pass 1 takes each lane's largest key and sorts the kWidth lane maxima across the lanes
 // (bitonic): the list starts as their best `want`, so the bar a candidate must beat is already
-// near its final value. Pass 2 takes the row's keys again (the first kCached groups' kept in
-// registers, the rest asked for again) and inserts only the keys above the bar that are not
-// already listed (a lane's own maximum): a ballot finds them, each goes in with one ballot (its
-// position) and one shuffle (the worse keys move down).
+// near its final value. A half-warp row seeds the list with each lane's best two keys instead
+// (the best kWidth of those 2 kWidth): 16 lane maxima alone left about 9 insertions per row of
+// random scores (docs/performance.md, steps 34 and 37). Pass 2 takes the row's keys again (the first kCached groups'
+// kept in registers, the rest asked for again) and inserts only the keys above the bar that are not already listed (a
+// lane's own maximum): a ballot finds them, each goes in with one ballot (its position) and one shuffle (the worse keys
+// move down).
 #pragma once
 
 #include <climits>
@@ -69,8 +71,9 @@ __device__ __forceinline__ unsigned row_bits(unsigned ballot) {
   }
 }
 
-// Sorts one key per lane across the row's kWidth lanes, descending (lane 0 the largest).
-template <int kWidth>
+// Sorts one key per lane across the row's kWidth lanes, descending (lane 0 the largest), or
+// ascending.
+template <int kWidth, bool kAscending = false>
 __device__ __forceinline__ std::uint64_t warp_sort_descending(std::uint64_t x, int lane) {
 #pragma unroll
   for (int k = 2; k <= kWidth; k <<= 1) {
@@ -79,9 +82,23 @@ __device__ __forceinline__ std::uint64_t warp_sort_descending(std::uint64_t x, i
       const std::uint64_t y = __shfl_xor_sync(kAll, x, j, kWidth);
       // In a descending run (lane & k == 0) the lower lane of a pair keeps the larger key. Keys
       // are unique but for the empty 0, so one comparison says which of the two to keep.
-      const bool keep_larger = ((lane & j) == 0) == ((lane & k) == 0);
+      const bool keep_larger = (((lane & j) == 0) == ((lane & k) == 0)) != kAscending;
       x = (y > x) == keep_larger ? y : x;
     }
+  }
+  return x;
+}
+
+// The best kWidth of 2 kWidth keys, descending: `first` sorted descending across the lanes,
+// `second` ascending. Their lane-wise maximum is the best half, in a bitonic order, which
+// log2(kWidth) half-cleaner stages sort.
+template <int kWidth>
+__device__ __forceinline__ std::uint64_t warp_merge_best(std::uint64_t first, std::uint64_t second, int lane) {
+  std::uint64_t x = max(first, second);
+#pragma unroll
+  for (int j = kWidth >> 1; j > 0; j >>= 1) {
+    const std::uint64_t y = __shfl_xor_sync(kAll, x, j, kWidth);
+    x = (y > x) == ((lane & j) == 0) ? y : x;
   }
   return x;
 }
@@ -98,22 +115,29 @@ __device__ __forceinline__ std::uint64_t warp_best(int n, int want, int lane, Ke
   constexpr int kStep = kGroupOf<kWidth>;
   // The loops with warp collectives run to the longer row's length.
   const int n_warp = kWidth == 32 ? n : max(n, __shfl_xor_sync(kAll, n, 16));
-  // Pass 1: this lane's best key (0: no candidate), then the list = the best of the lane maxima.
+  // Pass 1: this lane's best key (0: no candidate) and, with two seeds, its second best; then
+  // the list = the best of those seeds.
+  constexpr bool kTwoSeeds = kWidth == 16;
   std::uint64_t cached[kCached][4];
-  std::uint64_t own = 0;
+  std::uint64_t own = 0, own2 = 0;
+  const auto see = [&](std::uint64_t k) {
+    if constexpr (kTwoSeeds) own2 = max(own2, min(own, k));
+    own = max(own, k);
+  };
 #pragma unroll
   for (int j = 0; j < kCached; ++j) {
     keys_of(j * kStep, cached[j]);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) own = max(own, cached[j][e]);
+    for (int e = 0; e < 4; ++e) see(cached[j][e]);
   }
   for (int c0 = kCached * kStep; c0 < n; c0 += kStep) {
     std::uint64_t key[4];
     keys_of(c0, key);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) own = max(own, key[e]);
+    for (int e = 0; e < 4; ++e) see(key[e]);
   }
   std::uint64_t mine = warp_sort_descending<kWidth>(own, lane);
+  if constexpr (kTwoSeeds) mine = warp_merge_best<kWidth>(mine, warp_sort_descending<kWidth, true>(own2, lane), lane);
   std::uint64_t bar = __shfl_sync(kAll, mine, want - 1, kWidth);
 
   // Pass 2: the keys above the bar not yet listed, inserted one at a time (with two rows, each
@@ -122,7 +146,7 @@ __device__ __forceinline__ std::uint64_t warp_best(int n, int want, int lane, Ke
     bool any = false;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      if (key[e] == own) key[e] = 0;  // already in the list
+      if (key[e] == own || (kTwoSeeds && key[e] == own2)) key[e] = 0;  // already a seed
       any |= key[e] > bar;
     }
     if (__ballot_sync(kAll, any) == 0u) return;
