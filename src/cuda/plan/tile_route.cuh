@@ -1,8 +1,9 @@
 // The planner's PrefillPath::kAuto routing, device side (rule and CPU twin: core/tile_route.h):
 // the warp that routes one tile, and the CTA that compacts the flagged tiles into the
-// tile-union kernel's list. tile_route.cu launches the routing (and, standalone, the
-// compaction); the k2q planner compacts in a CTA of its finalize launch (k2q_kernels.cuh) or
-// of its small path's finish CTA (k2q_small_kernels.cuh), so that the list costs no launch.
+// tile-union kernel's list. tile_route.cu runs both on their own (launch_tile_route, which the
+// tests compare with the CPU twin). The k2q planner's general path routes in CTAs of its row
+// map's launch and compacts in a CTA of its finalize launch (k2q_kernels.cuh); its small path
+// compacts in its finish CTA (k2q_small_kernels.cuh). So the routing adds no launch of its own.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +38,11 @@ static_assert(kRouteWarps * route_warp_ints(kTileUnionMaxEntries) * 4 <= 48 * 10
               "the routing CTA's dynamic shared memory stays within the default 48 KB");
 
 // Warp-collective (every lane of the warp calls it): routes `tile` (< h_kv * per_head) and
-// writes its flag; kLaneEntries >= q_per_tile * topk / 32 (the ids a lane holds). Entry e = (tile query e / topk, slot
-// e % topk) gets its union key (tile_keys.cuh, the keys the tile-union kernel's builders compute). A key counts once
-// towards the union: every entry offers it to the table (atomicCAS), and the one offer that
-// finds a free slot counts it, in any order. An entry counts as an edge when no earlier entry
+// writes its flag; kLaneEntries >= q_per_tile * topk / 32 (the ids a lane holds). Entry e =
+// (tile query e / topk, slot e % topk) gets its union key (tile_keys.cuh, the keys the
+// tile-union kernel's builders compute). A key counts once towards the union: every entry
+// offers it to the table (atomicCAS), and the one offer that finds a free slot counts it, in
+// any order. An entry counts as an edge when no earlier entry
 // of its own row holds its key (at most topk - 1 compares).
 //
 // The warp's loads go out together: lane i < nq finds query i's request (one binary search,

@@ -8,10 +8,10 @@
 // (bitonic): the list starts as their best `want`, so the bar a candidate must beat is already
 // near its final value. A half-warp row seeds the list with each lane's best two keys instead
 // (the best kWidth of those 2 kWidth): 16 lane maxima alone left about 9 insertions per row of
-// random scores (docs/performance.md, steps 34 and 37). Pass 2 takes the row's keys again (the first kCached groups'
-// kept in registers, the rest asked for again) and inserts only the keys above the bar that are not already listed (a
-// lane's own maximum): a ballot finds them, each goes in with one ballot (its position) and one shuffle (the worse keys
-// move down).
+// random scores (docs/performance.md, steps 34 and 37). Pass 2 takes the row's keys again (the
+// first kCached groups' kept in registers, the rest asked for again) and inserts only the keys
+// above the bar that are not a lane's seed: a ballot finds them, each goes in with one ballot
+// (its position) and one shuffle (the worse keys move down).
 #pragma once
 
 #include <climits>
