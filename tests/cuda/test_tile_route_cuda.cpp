@@ -1,10 +1,12 @@
 // The planner's PrefillPath::kAuto tile routing on the device against its CPU twin
 // (core/tile_route): flags and the compacted list (in rank order) on random, tile-shared and
 // clustered selections, chunked batches whose tiles span requests (and empty requests), 300
-// small requests, rows with invalid and repeated ids, G = 1..16.
+// small requests, rows with invalid and repeated ids, G = 1..16; run inside the k2q planner on
+// both its paths, as plan() runs it.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <ostream>
 #include <random>
@@ -13,15 +15,19 @@
 
 #include "bench/workload.h"
 #include "core/tile_route.h"
+#include "cuda/common/workspace.h"
+#include "cuda/plan/k2q_device.h"
 #include "cuda/plan/tile_route.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
 #include "tests/support/cuda_check.h"
+#include "tests/support/device_tensor.h"
 
 namespace {
 
 using msa::bench::Request;
 using msa::bench::Selection;
+using msa::test::DeviceBuffer;
 
 enum class Expect { kAny, kAllUnion, kMixed };
 
@@ -92,47 +98,58 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
     EXPECT_LT(want_list.size(), want.size()) << c.name;
   }
 
-  std::int32_t *d_ids = nullptr, *d_cu = nullptr, *d_klen = nullptr, *d_list = nullptr, *d_count = nullptr;
-  std::uint8_t* d_flags = nullptr;
-  CUDA_OK(cudaMalloc(&d_ids, w.topk.bytes()));
-  CUDA_OK(cudaMalloc(&d_cu, w.cu_seqlens_q.bytes()));
-  CUDA_OK(cudaMalloc(&d_klen, w.k_len.bytes()));
-  CUDA_OK(cudaMalloc(&d_flags, static_cast<std::size_t>(tiles)));
-  CUDA_OK(cudaMalloc(&d_list, static_cast<std::size_t>(tiles) * 4));
-  CUDA_OK(cudaMalloc(&d_count, 4));
-  CUDA_OK(cudaMemcpy(d_ids, ids, w.topk.bytes(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(d_cu, w.cu_seqlens_q.raw(), w.cu_seqlens_q.bytes(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(d_klen, w.k_len.raw(), w.k_len.bytes(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(d_flags, 0x5a, static_cast<std::size_t>(tiles)));  // every flag must be written
-  CUDA_OK(cudaMemset(d_count, 0xff, 4));
-  msa::cuda::TileRouteParams p{};
-  p.ids = d_ids;
-  p.stride_topk_head = w.total_q * c.topk;
-  p.stride_topk_token = c.topk;
-  p.cu_seqlens_q = d_cu;
-  p.k_len = d_klen;
-  p.batch = batch;
-  p.h_kv = c.h_kv;
-  p.total_q = w.total_q;
-  p.topk = c.topk;
-  p.q_per_tile = q_per_tile;
-  p.group = c.h_q / c.h_kv;
-  p.union_tile = d_flags;
-  p.union_list = d_list;
-  p.union_count = d_count;
-  msa::cuda::launch_tile_route(p, nullptr);
-  std::vector<std::uint8_t> got(static_cast<std::size_t>(tiles));
-  std::int32_t count = -1;
-  CUDA_OK(cudaMemcpy(got.data(), d_flags, got.size(), cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(&count, d_count, 4, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(got, want) << c.name;
-  ASSERT_EQ(count, static_cast<std::int32_t>(want_list.size())) << c.name;
-  std::vector<std::int32_t> list(want_list.size());
-  CUDA_OK(cudaMemcpy(list.data(), d_list, list.size() * 4, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(list, want_list) << c.name;
-  for (void* ptr : {static_cast<void*>(d_ids), static_cast<void*>(d_cu), static_cast<void*>(d_klen),
-                    static_cast<void*>(d_flags), static_cast<void*>(d_list), static_cast<void*>(d_count)})
-    cudaFree(ptr);
+  // The routing as plan() runs it: inside the k2q planner (K2qDeviceInputs::route), on the
+  // general path and, where the problem fits it, on the small path.
+  const auto* k_len = w.k_len.data<std::int32_t>();
+  const std::int64_t max_k_len = *std::max_element(k_len, k_len + batch);
+  auto sizes = msa::cuda::k2q_device_sizes(c.h_kv, c.topk, 16, msa::ProblemSize{batch, w.total_q, max_k_len});
+  const DeviceBuffer d_ids(ids, w.topk.bytes()), d_cu(w.cu_seqlens_q.raw(), w.cu_seqlens_q.bytes()),
+      d_klen(w.k_len.raw(), w.k_len.bytes());
+  for (const bool small : {false, true}) {
+    if (small && !msa::cuda::k2q_small_fits(sizes.geo)) continue;
+    SCOPED_TRACE(small ? "small path" : "general path");
+    sizes.geo.small = small;
+    const DeviceBuffer workspace(sizes.total), d_flags(static_cast<std::size_t>(tiles)),
+        d_list(static_cast<std::size_t>(tiles) * 4), d_count(4);
+    ASSERT_TRUE(workspace && d_flags && d_list && d_count);
+    msa::cuda::Arena arena(workspace.get());
+    const msa::cuda::K2qDeviceBuffers buffers = msa::cuda::k2q_device_layout(sizes.geo, arena);
+    CUDA_OK(cudaMemset(d_flags.get(), 0x5a, static_cast<std::size_t>(tiles)));  // every flag must be written
+    CUDA_OK(cudaMemset(d_count.get(), 0xff, 4));
+    msa::cuda::TileRouteParams p{};
+    p.ids = d_ids.as<const std::int32_t>();
+    p.stride_topk_head = w.total_q * c.topk;
+    p.stride_topk_token = c.topk;
+    p.cu_seqlens_q = d_cu.as<const std::int32_t>();
+    p.k_len = d_klen.as<const std::int32_t>();
+    p.batch = batch;
+    p.h_kv = c.h_kv;
+    p.total_q = w.total_q;
+    p.topk = c.topk;
+    p.q_per_tile = q_per_tile;
+    p.group = c.h_q / c.h_kv;
+    p.union_tile = d_flags.as<std::uint8_t>();
+    p.union_list = d_list.as<std::int32_t>();
+    p.union_count = d_count.as<std::int32_t>();
+    msa::cuda::K2qDeviceInputs in{};
+    in.cu_seqlens_q = p.cu_seqlens_q;
+    in.k_len = p.k_len;
+    in.topk = p.ids;
+    in.stride_topk_head = p.stride_topk_head;
+    in.stride_topk_token = p.stride_topk_token;
+    in.route = &p;
+    msa::cuda::build_k2q_device(sizes.geo, in, buffers, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<std::uint8_t> got(static_cast<std::size_t>(tiles));
+    std::int32_t count = -1;
+    CUDA_OK(cudaMemcpy(got.data(), d_flags.get(), got.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(&count, d_count.get(), 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, want) << c.name;
+    ASSERT_EQ(count, static_cast<std::int32_t>(want_list.size())) << c.name;
+    std::vector<std::int32_t> list(want_list.size());
+    CUDA_OK(cudaMemcpy(list.data(), d_list.get(), list.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(list, want_list) << c.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TileRouteCuda, ::testing::ValuesIn(route_cases()),

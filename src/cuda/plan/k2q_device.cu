@@ -78,7 +78,7 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
     if (g.small)
       p.route_tile_out = in.route->union_tile;  // in its head CTAs
     else
-      p.union_tile = in.route->union_tile;  // launch_tile_route's flags, read by the count
+      p.union_tile = in.route->union_tile;  // flags of the route/map launch, read by the count
   }
   p.row_coords = out.row_coords;
   p.row_ptr = out.row_ptr;

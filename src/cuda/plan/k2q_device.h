@@ -123,10 +123,10 @@ struct K2qDeviceInputs {
   // PrefillPath::kAuto routing (core/tile_route.h), or null: the rows of flagged tiles get no
   // edge and split count 1, as build_k2q_csr_routed leaves them.
   const std::uint8_t* union_tile = nullptr;  // [h_kv, tiles_per_head(total_q, route_q_per_tile)]
-  int route_q_per_tile = 0;                  // 1..16 when union_tile is set
+  int route_q_per_tile = 0;                  // 1..32 when union_tile is set
   // Or the routing to compute first (union_tile null): build_k2q_device fills route's outputs
-  // (in the small path's head CTAs, or with launch_tile_route) and leaves the flagged tiles'
-  // rows out. Its inputs must be the ones above.
+  // (in the small path's head CTAs, or in CTAs of the general path's row map launch) and
+  // leaves the flagged tiles' rows out. Its inputs must be the ones above.
   const TileRouteParams* route = nullptr;
 };
 

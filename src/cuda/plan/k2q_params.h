@@ -88,8 +88,8 @@ struct BuildParams {
   // asked). Then union_tile above is null and route_tile_out gets the flags.
   std::uint8_t* route_tile_out;  // [h_kv, route_per_head]
   // When the planner routed (either path; null otherwise): the flagged tiles in rank order
-  // (tile_of_rank), as launch_tile_route's compaction writes them. The general path compacts
-  // union_tile (which launch_tile_route wrote) in its finalize launch.
+  // (tile_of_rank; compact_route_list, tile_route.cuh). The general path compacts union_tile
+  // (which its route/map launch wrote) in its finalize launch.
   std::int32_t* union_list;   // [h_kv * route_per_head]
   std::int32_t* union_count;  // [1]
   // outputs

@@ -2,13 +2,12 @@
 // one warp per (KV head, query tile) of the tile-union kernel counts the tile's union and its
 // rows' edges and flags the tile when union_path_wins; the flagged tiles are then compacted,
 // in rank order (tile_of_rank: heaviest first), into the list the tile-union kernel walks
-// (device code: tile_route.cuh). Capturable in a CUDA graph; no host synchronisation.
+// (device code: tile_route.cuh). The k2q planner runs it in its own launches
+// (K2qDeviceInputs::route): capturable in a CUDA graph, no host synchronisation.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-
-typedef struct CUstream_st* cudaStream_t;
 
 namespace msa::cuda {
 
@@ -23,7 +22,7 @@ struct TileRouteParams {
   int h_kv;
   std::int64_t total_q;
   int topk;        // 1..32
-  int q_per_tile;  // 1..16
+  int q_per_tile;  // 1..32 (kTileUnionMaxQueries)
   int group;       // h_q / h_kv: the cost model of union_path_wins (core/tile_route.h)
   // outputs
   std::uint8_t* union_tile;   // [tiles] 1: the tile-union kernel takes the tile
@@ -38,10 +37,5 @@ std::int64_t tile_route_tiles(int h_kv, std::int64_t total_q, int q_per_tile);
 // validated it). The k2q planner routes in CTAs of its row map's launch (k2q_kernels.cuh).
 int tile_route_ctas(const TileRouteParams& p);
 std::size_t tile_route_smem_bytes(const TileRouteParams& p);
-
-// The flags, then the list and its count (a second launch, of one CTA): the routing on its own,
-// as the tests run it against the CPU twin. The planner runs the same device code in its own
-// launches (tile_route.cuh).
-void launch_tile_route(const TileRouteParams& p, cudaStream_t stream);
 
 }  // namespace msa::cuda
