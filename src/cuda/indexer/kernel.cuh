@@ -193,8 +193,8 @@ struct RowWriter {
 };
 
 // The fused top-k's row state (kList > 0): the best kList candidate blocks of the row seen so far
-// in this unit, by rank descending (rank: core/topk_key.h's exact rank bits, the key's upper
-// half, with NaN as 1 and an empty slot as 0, below every number). A unit offers its columns in
+// in this unit, by rank descending (rank: core/topk_key.h's exact_rank, the key's upper half;
+// NaN 1 and an empty slot 0, below every number). A unit offers its columns in
 // increasing order, so a rank equal to a listed one goes behind it: ties to the smaller id, as
 // TopK ranks. Registers only (fully unrolled): 2 kList of them.
 template <int kList>
@@ -206,10 +206,7 @@ struct RowTop {
 #pragma unroll
     for (int i = 0; i < kList; ++i) rank[i] = 0u, id[i] = -1;
   }
-  static __device__ __forceinline__ std::uint32_t rank_of(float v) {
-    const std::uint32_t r = static_cast<std::uint32_t>(topk_key::exact(v, 0) >> 32);
-    return v != v ? 1u : r;  // -inf ranks 0x007fffff, so 1 is below every number
-  }
+  static __device__ __forceinline__ std::uint32_t rank_of(float v) { return topk_key::exact_rank(v); }
   // Column c of score v, when it beats the last entry: one pass down the list that puts it
   // before the first entry it beats, then moves every later entry down one slot (a displaced
   // entry goes before later equal ones, which came after it).
@@ -229,10 +226,8 @@ struct RowTop {
       placed = take;
     }
   }
-  // Entry i as TopK's 64-bit key (0 when empty).
-  __device__ __forceinline__ std::uint64_t key(int i) const {
-    return rank[i] == 0u ? 0u : topk_key::with_id(rank[i] == 1u ? 0u : rank[i], id[i]);
-  }
+  // Entry i as TopK's 64-bit key (0 when empty: rank 0, id -1).
+  __device__ __forceinline__ std::uint64_t key(int i) const { return topk_key::with_id(rank[i], id[i]); }
 };
 
 // The row of the fused top-k a lane owns in a unit.

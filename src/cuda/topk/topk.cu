@@ -3,10 +3,11 @@
 // instructions, which halves the per-row cost of the lane maxima's sort and of the row's setup;
 // kHalfWarpRows), in both rankings (msa::TopkRanking; the keys are core/topk_key.h's, shared
 // with the CPU twin). Lane l of a row's W lanes reads columns 4 W j + 4 l .. + 3 (16-byte loads
-// where the row allows them) and the lanes keep the row's best k - 1 keys as warp_select.cuh
-// describes (sorted lane maxima, then the few keys above the bar inserted; the first two groups'
-// keys kept in registers between the two passes). Before both, the quantised ranking takes the
-// row's finite minimum and maximum (pass 0).
+// where the row allows them) and the lanes keep the row's best k - 1 keys as warp_select.cuh's
+// warp_best_ranks describes (pass 1 on 32-bit (rank, column) pairs, the sorted lane maxima, then
+// the few keys above the bar inserted; a row's first kCachedRanks ranks kept in registers
+// between the two passes). Before both, the quantised ranking takes the row's finite minimum and
+// maximum (pass 0).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,19 +48,30 @@ __device__ __forceinline__ void load4(const float* row, std::int64_t stride, int
   for (int e = 0; e < 4; ++e) v[e] = c + e < n ? __ldg(row + std::int64_t{c + e} * stride) : __int_as_float(0x7fffffff);
 }
 
-// The ranking of one row: the key of column c's score v.
+// The ranking of one row: the rank of a score (core/topk_key.h; the key is with_id(rank, column)).
 template <bool kQuantised>
 struct Ranker {
   topk_key::Quantiser z;
-  __device__ __forceinline__ std::uint64_t key(float v, int c) const {
-    return kQuantised ? topk_key::quantised(v, c, z) : topk_key::exact(v, c);
+  __device__ __forceinline__ std::uint32_t rank(float v) const {
+    return kQuantised ? topk_key::quantised_rank(v, z) : topk_key::exact_rank(v);
   }
 };
 
+// Ranks a row keeps in registers between its two passes (topk_select::warp_best_ranks), and
+// blocks per SM: the exact ranking keeps 256 (a whole row at S = 32k) in at most 64 registers
+// (4 blocks; without the bound the 16-lane instance took 112); the quantised ranking, whose
+// quantiser also needs registers, keeps 128 and runs 16-lane rows in 48 registers (5 blocks;
+// 7% faster than 4 at S = 32k and 128k, docs/performance.md step 38). Caching 128 at 5 blocks
+// was 2% slower for the exact ranking at S = 32k.
+template <bool kQuantised>
+inline constexpr int kCachedRanks = kQuantised ? 128 : 256;
+template <bool kQuantised, int kWidth>
+inline constexpr int kBlocksPerSm = (kQuantised && kWidth == 16) ? 5 : 4;
+
 // kWidth lanes per row (topk_select::row_lanes): with 16, a warp ranks two rows side by side.
-// At most 64 registers (4 blocks per SM): without the bound the 16-lane instance took 112.
 template <bool kQuantised, bool kVector, int kWidth>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4) topk_kernel(const TopkParams p) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kBlocksPerSm<kQuantised, kWidth>)
+    topk_kernel(const TopkParams p) {
   constexpr int kRowsPerWarp = 32 / kWidth;
   constexpr int kStep = topk_select::kGroupOf<kWidth>;
   const int lane = static_cast<int>(threadIdx.x % kWidth);  // within the row's lanes
@@ -108,15 +120,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4) topk_kernel(const Topk
       }
       rank.z = topk_key::quantiser(lo, hi);
     }
-    // This lane's keys of the group at c0 (columns c0 + 4 lane .. + 3); 0 past n.
-    const auto keys_of = [&](int c0, std::uint64_t(&key)[4]) {
-      const int c = c0 + 4 * lane;
-      float v[4];
-      load4<kVector>(sc, stride, c, n, v);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) key[e] = c + e < n ? rank.key(v[e], c + e) : 0;
-    };
-    const std::uint64_t mine = topk_select::warp_best<kWidth>(n, want, lane, keys_of);
+    // This lane's scores of the group at c0 (columns c0 + 4 lane .. + 3; NaN past n).
+    const auto load = [&](int c0, float(&v)[4]) { load4<kVector>(sc, stride, c0 + 4 * lane, n, v); };
+    const auto rank_of = [&](float v) { return rank.rank(v); };
+    const std::uint64_t mine =
+        topk_select::warp_best_ranks<kWidth, kCachedRanks<kQuantised>>(n, want, lane, load, rank_of);
     if (!ranked) continue;
     // Fewer than `want` candidates (a batch inconsistent with `cols`) leave empty keys: id -1.
     if (lane < want) out[lane * p.topk_stride_slot] = topk_key::id_of(mine);
