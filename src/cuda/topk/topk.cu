@@ -76,67 +76,65 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kBlocksPerSm<kQuantised, 
   constexpr int kStep = topk_select::kGroupOf<kWidth>;
   const int lane = static_cast<int>(threadIdx.x % kWidth);  // within the row's lanes
   const int sub = static_cast<int>(threadIdx.x % 32) / kWidth;
-  const std::int64_t rows = std::int64_t{p.h} * p.total_q;
-  const bool rows32 = rows <= INT32_MAX;  // 32-bit division below
-  const std::int64_t warps = std::int64_t{gridDim.x} * kWarpsPerBlock;
-  for (std::int64_t first = (std::int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32) * kRowsPerWarp; first < rows;
-       first += warps * kRowsPerWarp) {
-    const std::int64_t row = first + sub;
-    // This lane's row: ranked, or not (past the last row, or written by the n <= K shortcut),
-    // when it passes n = 0 to the warp's selection.
-    bool ranked = false;
-    int local = 0, n = 0;
-    std::int32_t* out = nullptr;
-    const float* sc = p.scores;
-    if (row < rows) {
-      const std::int64_t head =
-          rows32 ? static_cast<std::uint32_t>(row) / static_cast<std::uint32_t>(p.total_q) : row / p.total_q;
-      const std::int64_t q = row - head * p.total_q;
-      local = topk_select::local_block(
-          topk_select::row_position(p.cu_seqlens_q, p.cu_seqlens_q_stride, p.k_len, p.k_len_stride, p.batch, q));
-      out = p.topk + head * p.topk_stride_h + q * p.topk_stride_q;
-      ranked = !topk_select::write_short_row(out, p.topk_stride_slot, p.k, local, lane, kWidth);
-      sc += head * p.scores_stride_h + q * p.scores_stride_q;
-      n = ranked ? min(local, p.cols) : 0;  // ranked candidates: columns [0, n)
-    }
-    if (kWidth == 32 ? !ranked : !__any_sync(kAll, ranked)) continue;  // warp-uniform
-    const int want = p.k - 1;
-    const std::int64_t stride = p.scores_stride_col;
+  // The grid: x over groups of kQueries queries (total_q < 2^31: at most 2^27 blocks), y and z
+  // over heads (y < 65536), so a warp's rows share their head and no row index is divided.
+  constexpr int kQueries = kWarpsPerBlock * kRowsPerWarp;
+  const std::int64_t q = std::int64_t{blockIdx.x} * kQueries + threadIdx.x / 32 * kRowsPerWarp + sub;
+  const std::int64_t head = std::int64_t{blockIdx.z} * gridDim.y + blockIdx.y;
+  if (head >= p.h) return;
+  // This lane's row: ranked, or not (past the last row, or written by the n <= K shortcut),
+  // when it passes n = 0 to the warp's selection.
+  bool ranked = false;
+  int local = 0, n = 0;
+  std::int32_t* out = nullptr;
+  const float* sc = p.scores;
+  if (q < p.total_q) {
+    local = topk_select::local_block(
+        topk_select::row_position(p.cu_seqlens_q, p.cu_seqlens_q_stride, p.k_len, p.k_len_stride, p.batch, q));
+    out = p.topk + head * p.topk_stride_h + q * p.topk_stride_q;
+    ranked = !topk_select::write_short_row(out, p.topk_stride_slot, p.k, local, lane, kWidth);
+    sc += head * p.scores_stride_h + q * p.scores_stride_q;
+    n = ranked ? min(local, p.cols) : 0;  // ranked candidates: columns [0, n)
+  }
+  if (kWidth == 32 ? !ranked : !__any_sync(kAll, ranked)) return;  // warp-uniform
+  const int want = p.k - 1;
+  const std::int64_t stride = p.scores_stride_col;
 
-    Ranker<kQuantised> rank;
-    if constexpr (kQuantised) {  // pass 0: the finite range of the row
-      float lo = FLT_MAX, hi = -FLT_MAX;
-      for (int c0 = 0; c0 < n; c0 += kStep) {
-        float v[4];
-        load4<kVector>(sc, stride, c0 + 4 * lane, n, v);
+  Ranker<kQuantised> rank;
+  if constexpr (kQuantised) {  // pass 0: the finite range of the row
+    float lo = FLT_MAX, hi = -FLT_MAX;
+    for (int c0 = 0; c0 < n; c0 += kStep) {
+      float v[4];
+      load4<kVector>(sc, stride, c0 + 4 * lane, n, v);
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           if (topk_key::finite(v[e])) lo = fminf(lo, v[e]), hi = fmaxf(hi, v[e]);
-      }
+    }
 #pragma unroll
       for (int m = kWidth / 2; m > 0; m >>= 1) {
         lo = fminf(lo, __shfl_xor_sync(kAll, lo, m, kWidth));
         hi = fmaxf(hi, __shfl_xor_sync(kAll, hi, m, kWidth));
       }
       rank.z = topk_key::quantiser(lo, hi);
-    }
+  }
     // This lane's scores of the group at c0 (columns c0 + 4 lane .. + 3; NaN past n).
     const auto load = [&](int c0, float(&v)[4]) { load4<kVector>(sc, stride, c0 + 4 * lane, n, v); };
     const auto rank_of = [&](float v) { return rank.rank(v); };
     const std::uint64_t mine =
         topk_select::warp_best_ranks<kWidth, kCachedRanks<kQuantised>>(n, want, lane, load, rank_of);
-    if (!ranked) continue;
+    if (!ranked) return;
     // Fewer than `want` candidates (a batch inconsistent with `cols`) leave empty keys: id -1.
     if (lane < want) out[lane * p.topk_stride_slot] = topk_key::id_of(mine);
     if (lane == 0) out[want * p.topk_stride_slot] = local;
-  }
 }
 
 template <bool kQuantised, bool kVector>
 void launch_width(const TopkParams& p, std::int64_t rows, cudaStream_t stream) {
-  const auto go = [&](auto kernel, int rows_per_block) {
-    const std::int64_t blocks = std::min<std::int64_t>((rows + rows_per_block - 1) / rows_per_block, 1 << 20);
-    kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(p);
+  const auto go = [&](auto kernel, int queries_per_block) {
+    const std::int64_t x = (p.total_q + queries_per_block - 1) / queries_per_block;
+    const int y = std::min(p.h, 65535);
+    const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>((p.h + y - 1) / y));
+    kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(p);
   };
   if (rows >= kHalfWarpRows && topk_select::row_lanes(p.k - 1) == 16)
     go(topk_kernel<kQuantised, kVector, 16>, kWarpsPerBlock * 2);

@@ -122,9 +122,10 @@ __device__ __forceinline__ std::uint64_t seed_list(std::uint64_t own, std::uint6
 template <int kWidth>
 __device__ __forceinline__ void insert_flagged(const std::uint64_t (&key)[4], const bool (&flag)[4],
                                                std::uint64_t& mine, std::uint64_t& bar, int want, int lane) {
-  if (__ballot_sync(kAll, flag[0] || flag[1] || flag[2] || flag[3]) == 0u) return;
+  if (!__any_sync(kAll, flag[0] || flag[1] || flag[2] || flag[3])) return;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
+    if (!__any_sync(kAll, flag[e])) continue;  // warp-uniform: most groups flag one key or two
     unsigned pending = row_bits<kWidth>(__ballot_sync(kAll, flag[e] && key[e] > bar));
     // Warp-uniform trip count: the row with more pending keys sets it.
     while (kWidth == 32 ? pending != 0u : __any_sync(kAll, pending != 0u)) {
@@ -214,12 +215,19 @@ __device__ __forceinline__ std::uint64_t warp_best_ranks(int n, int want, int la
   constexpr int kGroups = kCachedRanks / kStep;
   static_assert(kGroups >= 1 && kGroups * kStep == kCachedRanks);
   constexpr bool kTwoSeeds = kWidth == 16;
-  const int n_warp = kWidth == 32 ? n : max(n, __shfl_xor_sync(kAll, n, 16));
+  const int n_other = kWidth == 32 ? n : __shfl_xor_sync(kAll, n, 16);
+  const int n_warp = max(n, n_other), n_both = min(n, n_other);
   const int c_lane = 4 * lane;
-  // This lane's ranks of the group at c0, 0 at and past n.
+  // This lane's ranks of the group at c0, 0 at and past n (tested only in a group that reaches
+  // past either row's end: the test is a fifth of a rank's instructions).
   const auto ranks = [&](int c0, const float(&v)[4], std::uint32_t(&r)[4]) {
+    if (c0 + kStep <= n_both) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) r[e] = c_lane + c0 + e < n ? rank_of(v[e]) : 0u;
+      for (int e = 0; e < 4; ++e) r[e] = rank_of(v[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r[e] = c_lane + c0 + e < n ? rank_of(v[e]) : 0u;
+    }
   };
   // This lane's best (rank, id) and second best; rank 0 and id -1 (key 0) while none is seen.
   std::uint32_t r1 = 0u, r2 = 0u;
