@@ -58,19 +58,20 @@ struct Ranker {
 };
 
 // Ranks a row keeps in registers between its two passes (topk_select::warp_best_ranks), and
-// blocks per SM: the exact ranking keeps 256 (a whole row at S = 32k) in at most 64 registers
-// (4 blocks; without the bound the 16-lane instance took 112); the quantised ranking, whose
-// quantiser also needs registers, keeps 128 and runs 16-lane rows in 48 registers (5 blocks;
-// 7% faster than 4 at S = 32k and 128k, docs/performance.md step 38). Caching 128 at 5 blocks
-// was 2% slower for the exact ranking at S = 32k.
+// blocks per SM. The exact ranking keeps 256 (a whole row at S = 32k); the quantised ranking,
+// whose quantiser also needs registers, keeps 128. 16-lane rows run at 5 blocks per SM (48
+// registers; 40 warps hide more of a row's setup latency than 32): on the H100 exact S = 128k
+// 0.638 -> 0.605 ms, S = 32k 0.073 -> 0.072, quantised 7% faster than at 4 (docs/performance.md
+// step 38). The exact instance with scalar loads would spill there and keeps 4 (64 registers;
+// without a bound the 16-lane instance took 112).
 template <bool kQuantised>
 inline constexpr int kCachedRanks = kQuantised ? 128 : 256;
-template <bool kQuantised, int kWidth>
-inline constexpr int kBlocksPerSm = (kQuantised && kWidth == 16) ? 5 : 4;
+template <bool kQuantised, bool kVector, int kWidth>
+inline constexpr int kBlocksPerSm = (kWidth == 16 && (kQuantised || kVector)) ? 5 : 4;
 
 // kWidth lanes per row (topk_select::row_lanes): with 16, a warp ranks two rows side by side.
 template <bool kQuantised, bool kVector, int kWidth>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kBlocksPerSm<kQuantised, kWidth>)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kBlocksPerSm<kQuantised, kVector, kWidth>)
     topk_kernel(const TopkParams p) {
   constexpr int kRowsPerWarp = 32 / kWidth;
   constexpr int kStep = topk_select::kGroupOf<kWidth>;
