@@ -34,21 +34,7 @@ namespace {
 using msa::bench::HostTensor;
 using msa::bench::Request;
 using msa::bench::Selection;
-
-// Raw device memory (a workspace, routing flags); null when the allocation fails.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t bytes) {
-    if (cudaMalloc(&ptr_, std::max<std::size_t>(bytes, 256)) != cudaSuccess) ptr_ = nullptr;
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-};
+using msa::test::DeviceBuffer;
 
 enum class Mutation { kNone, kAdversarial, kHot };
 
