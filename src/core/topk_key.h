@@ -25,8 +25,9 @@ MSA_HOST_DEVICE std::int32_t id_of(std::uint64_t key) {
 }
 
 // TopkRanking::kExact: the rank of a score is the float's order-preserving bits, -0 = +0, and
-// NaN 1: below -inf (0x007fffff), above the empty slot's 0. The device adds +0 (one FADD turns
-// -0 into +0 and leaves every other value); the host compares, as a host compiler may fold x + 0.
+// NaN 1: below -inf (0x007fffff), above the empty slot's 0. -0 becomes +0 first: on the device
+// by adding +0 (one FADD, which leaves every other value as it is), on the host by a comparison;
+// both give the same bits.
 MSA_HOST_DEVICE std::uint32_t exact_rank(float v) {
 #if defined(__CUDA_ARCH__)
   const float w = __fadd_rn(v, 0.f);
