@@ -206,12 +206,11 @@ struct RowTop {
 #pragma unroll
     for (int i = 0; i < kList; ++i) rank[i] = 0u, id[i] = -1;
   }
-  static __device__ __forceinline__ std::uint32_t rank_of(float v) { return topk_key::exact_rank(v); }
   // Column c of score v, when it beats the last entry: one pass down the list that puts it
   // before the first entry it beats, then moves every later entry down one slot (a displaced
   // entry goes before later equal ones, which came after it).
   __device__ __forceinline__ void offer(float v, int c) {
-    std::uint32_t r = rank_of(v);
+    std::uint32_t r = topk_key::exact_rank(v);
     if (r <= rank[kList - 1]) return;
     bool placed = false;
 #pragma unroll

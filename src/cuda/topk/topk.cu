@@ -108,25 +108,25 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kBlocksPerSm<kQuantised, 
       float v[4];
       load4<kVector>(sc, stride, c0 + 4 * lane, n, v);
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (topk_key::finite(v[e])) lo = fminf(lo, v[e]), hi = fmaxf(hi, v[e]);
+      for (int e = 0; e < 4; ++e)
+        if (topk_key::finite(v[e])) lo = fminf(lo, v[e]), hi = fmaxf(hi, v[e]);
     }
 #pragma unroll
-      for (int m = kWidth / 2; m > 0; m >>= 1) {
-        lo = fminf(lo, __shfl_xor_sync(kAll, lo, m, kWidth));
-        hi = fmaxf(hi, __shfl_xor_sync(kAll, hi, m, kWidth));
-      }
-      rank.z = topk_key::quantiser(lo, hi);
+    for (int m = kWidth / 2; m > 0; m >>= 1) {
+      lo = fminf(lo, __shfl_xor_sync(kAll, lo, m, kWidth));
+      hi = fmaxf(hi, __shfl_xor_sync(kAll, hi, m, kWidth));
+    }
+    rank.z = topk_key::quantiser(lo, hi);
   }
-    // This lane's scores of the group at c0 (columns c0 + 4 lane .. + 3; NaN past n).
-    const auto load = [&](int c0, float(&v)[4]) { load4<kVector>(sc, stride, c0 + 4 * lane, n, v); };
-    const auto rank_of = [&](float v) { return rank.rank(v); };
-    const std::uint64_t mine =
-        topk_select::warp_best_ranks<kWidth, kCachedRanks<kQuantised>>(n, want, lane, load, rank_of);
-    if (!ranked) return;
-    // Fewer than `want` candidates (a batch inconsistent with `cols`) leave empty keys: id -1.
-    if (lane < want) out[lane * p.topk_stride_slot] = topk_key::id_of(mine);
-    if (lane == 0) out[want * p.topk_stride_slot] = local;
+  // This lane's scores of the group at c0 (columns c0 + 4 lane .. + 3; NaN past n).
+  const auto load = [&](int c0, float(&v)[4]) { load4<kVector>(sc, stride, c0 + 4 * lane, n, v); };
+  const auto rank_of = [&](float v) { return rank.rank(v); };
+  const std::uint64_t mine =
+      topk_select::warp_best_ranks<kWidth, kCachedRanks<kQuantised>>(n, want, lane, load, rank_of);
+  if (!ranked) return;
+  // Fewer than `want` candidates (a batch inconsistent with `cols`) leave empty keys: id -1.
+  if (lane < want) out[lane * p.topk_stride_slot] = topk_key::id_of(mine);
+  if (lane == 0) out[want * p.topk_stride_slot] = local;
 }
 
 template <bool kQuantised, bool kVector>
