@@ -1,9 +1,10 @@
 // The CUDA sparse decode operator (spec §4): plan() fixes the geometry from host-known sizes
 // (B, Q, a bound on seq_len) and writes the decode's packed query rows; run() validates the
-// metadata, then launches the tile-union kernel over the (KV head, query tile) pairs, split over
-// their unions when the pairs alone would leave SMs idle, and the combine (programmatic
-// dependent launch). seq_len, top-k, the page table and sinks are read on the device only, so
-// one captured run() replays step after step with new contents in the same buffers.
+// metadata, then launches the tile-union kernel over the (KV head, query tile) pairs. When the
+// pairs alone would leave SMs idle, each is split over its union and the combine merges the
+// splits (programmatic dependent launch); otherwise the kernel writes out and lse itself.
+// seq_len, top-k, the page table and sinks are read on the device only, so one captured run()
+// replays step after step with new contents in the same buffers.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -79,6 +80,7 @@ class DecodeCuda final : public SparseDecode::Impl {
     const DType q_dtype = args.q.dtype;
     dispatch_decode(q_dtype, args.kv.k.dtype, shape.d, [&]<DType kKvDtype, int kHeadDim>() {
       launch_tile_union<kKvDtype, kHeadDim, true>(decode_tile_union_params(attn, args, geo_), tma, sm_count_, stream);
+      if (geo_.splits == 1) return;  // the kernel wrote out and lse itself
       // The partials are in q's dtype (bf16 with FP8 K/V).
       dispatch_combine(q_dtype, kHeadDim, [&]<DType kDtype, int kD>() { launch_combine<kDtype, kD>(c, stream, true); });
     });

@@ -45,10 +45,12 @@ DecodeWorkspace decode_workspace(const AttentionShape& shape, const DecodeGeomet
   Arena arena = base != nullptr ? Arena(base) : Arena();
   DecodeWorkspace w;
   w.cu_seqlens_q = arena.take<std::int32_t>(static_cast<std::size_t>(g.batch + 1));
-  const auto rows = static_cast<std::size_t>(g.splits) * static_cast<std::size_t>(g.total_q) *
-                    static_cast<std::size_t>(shape.h_q);
-  w.o_partial = arena.take_bytes(rows * static_cast<std::size_t>(shape.d) * 2);
-  w.lse_partial = arena.take<float>(rows);
+  if (g.splits > 1) {  // one split: the kernel writes out and lse, no partials
+    const auto rows =
+        static_cast<std::size_t>(g.splits) * static_cast<std::size_t>(g.total_q) * static_cast<std::size_t>(shape.h_q);
+    w.o_partial = arena.take_bytes(rows * static_cast<std::size_t>(shape.d) * 2);
+    w.lse_partial = arena.take<float>(rows);
+  }
   w.bytes = arena.bytes();
   return w;
 }
@@ -79,6 +81,13 @@ prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shap
   p.o_partial = w.o_partial;
   p.lse_partial = w.lse_partial;
   p.slots = g.splits;
+  if (g.splits == 1) {  // the rows are final: out and lse written by the kernel, sinks applied
+    p.out = a.out.data;
+    p.stride_out_token = a.out.stride[0];
+    p.stride_out_head = a.out.stride[1];
+    p.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
+    p.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
+  }
   p.total_q = g.total_q;
   p.h_q = shape.h_q;
   p.h_kv = shape.h_kv;
@@ -99,6 +108,7 @@ prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::Atten
   u.batch = static_cast<int>(g.batch);
   u.q_per_tile = g.q_per_tile;
   u.splits = g.splits;
+  u.direct = g.splits == 1;
   u.tiles = g.pairs * g.splits;
   return u;
 }

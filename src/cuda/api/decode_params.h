@@ -3,7 +3,8 @@
 // requests of Q queries (cu_seqlens_q = 0, Q, 2Q, ...; k_len = seq_len), so each (KV head,
 // query tile) pair loads the union of its queries' blocks once for all their Q x G rows. When
 // the pairs alone would leave SMs idle, each pair runs as `splits` tiles over parts of its
-// union (split-KV), and the combine merges the splits' partials.
+// union (split-KV), and the combine merges the splits' partials; with one split the kernel
+// writes out and lse itself (no partials, no combine).
 #pragma once
 
 #include <cstddef>
@@ -17,10 +18,11 @@ namespace msa::cuda {
 
 // A split is worth its fixed cost (union build, Q load, a partial per row) only with this many
 // union entries on average; a plan never makes more than kDecodeMaxSplits (the combine's slots).
-// Both measured on the H100 over B 1-4, L 4k-200k, Q 1 and 8 (docs/performance.md step 14e):
-// 2 entries and 16 splits were faster than 4 and 32 on most small steps (by up to 4 us), and
-// slower only for FP8 at B = 1, L = 200k (3 us).
-inline constexpr int kDecodeMinEntriesPerSplit = 2;
+// Both measured on the H100 over B 1-4, L 1k-200k, Q 1 and 8 (docs/performance.md steps 14e
+// and 39): 16 splits were faster than 32 on most small steps (by up to 4 us), and slower only
+// for FP8 at B = 1, L = 200k (3 us); one entry per split, against two, took 1-2.2 us off the
+// smallest steps (B <= 2, L = 1000) and added 0.8 us at B = 4, L = 1000, Q = 8 in BF16.
+inline constexpr int kDecodeMinEntriesPerSplit = 1;
 inline constexpr int kDecodeMaxSplits = 16;
 // The CTAs a split decode aims for: one wave on an H100 / H200 (132 SMs). A constant, not the
 // device's count, so that the split (and so the summation order) is the same on every device:
@@ -44,8 +46,9 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
 // The workspace, carved from an Arena in this order (docs/layouts.md).
 struct DecodeWorkspace {
   std::int32_t* cu_seqlens_q = nullptr;  // [B + 1] = 0, Q, ..., B Q (written by plan())
-  void* o_partial = nullptr;             // [splits, total_q, h_q, d] 16-bit (the q dtype)
-  float* lse_partial = nullptr;          // [splits, total_q, h_q]
+  void* o_partial = nullptr;             // [splits, total_q, h_q, d] 16-bit (the q dtype); null
+                                         // with one split (the kernel writes out)
+  float* lse_partial = nullptr;          // [splits, total_q, h_q]; null with one split
   std::size_t bytes = 0;
 };
 DecodeWorkspace decode_workspace(const AttentionShape& shape, const DecodeGeometry& g, void* base);

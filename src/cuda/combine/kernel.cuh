@@ -16,7 +16,7 @@
 namespace msa::cuda::combine {
 
 constexpr int kThreads = 256;
-constexpr int kSlotsInFlight = 4;  // partial loads issued before their FMAs
+constexpr int kSlotsInFlight = 8;  // partial loads issued before their FMAs
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Register i of a lane-distributed array, with i a runtime value (selects, no local memory).
@@ -85,16 +85,30 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   const bool has_sink = isfinite(sink_in);
   const float sink = has_sink ? sink_in : neg_inf;
 
-  // m = max(lse_s, sink): exact, so the butterfly order does not matter; NaN LSEs are skipped
-  // by fmaxf and poison Z below instead.
+  // The slots' LSEs and the first kSlotsInFlight partials are loaded together (the partials do
+  // not depend on the weights), so a merge of up to kSlotsInFlight slots waits for one memory
+  // round trip, not two.
   float lse_s[kRegs];
-  float m = sink;
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) {
     const int s = sub + i * kLanes;
     lse_s[i] = s < n ? p.lse_partial[s * rows + row] : neg_inf;
-    m = fmaxf(m, lse_s[i]);
   }
+  const std::int64_t slot_stride = rows * kD;  // elements between slots
+  const auto* g_o = static_cast<const std::uint16_t*>(p.o_partial) + row * kD + sub * 8;
+  uint4 v[kSlotsInFlight];
+  const auto load_slots = [&](int s0) {
+#pragma unroll
+    for (int k = 0; k < kSlotsInFlight; ++k)
+      v[k] = s0 + k < n ? *reinterpret_cast<const uint4*>(g_o + (s0 + k) * slot_stride) : make_uint4(0, 0, 0, 0);
+  };
+  load_slots(0);
+
+  // m = max(lse_s, sink): exact, so the butterfly order does not matter; NaN LSEs are skipped
+  // by fmaxf and poison Z below instead.
+  float m = sink;
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) m = fmaxf(m, lse_s[i]);
 #pragma unroll
   for (int offset = kLanes / 2; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(group_mask, m, offset, kLanes));
 
@@ -112,16 +126,13 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
       float c[kRegs];
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) c[i] = w[i] / z;
-      const std::int64_t slot_stride = rows * kD;  // elements between slots
-      const auto* g_o = static_cast<const std::uint16_t*>(p.o_partial) + row * kD + sub * 8;
       for (int s0 = 0; s0 < n; s0 += kSlotsInFlight) {
-        uint4 v[kSlotsInFlight];
+        if (s0 > 0) load_slots(s0);
         float cs[kSlotsInFlight];
 #pragma unroll
         for (int k = 0; k < kSlotsInFlight; ++k) {
           const int s = s0 + k;
           cs[k] = __shfl_sync(group_mask, pick(c, s / kLanes), s & (kLanes - 1), kLanes);
-          v[k] = s < n ? *reinterpret_cast<const uint4*>(g_o + s * slot_stride) : make_uint4(0, 0, 0, 0);
         }
         // A slot with no mass is skipped: whatever its partial holds stays out of the sum.
 #pragma unroll

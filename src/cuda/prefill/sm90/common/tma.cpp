@@ -58,10 +58,12 @@ PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, DType kv_dtyp
   const std::uint64_t q_token = stride_bytes(a.stride_q_token, total_q, h_q * q_head);
   const TensorMapDim q_dims[3] = {{d, kElementBytes, kBoxCols}, {h_q, q_head, qb}, {total_q, q_token, 1}};
   t.q = make_tensor_map(a.q, dtype, q_dims, 3, "q.stride");
-  const std::uint64_t o_rows = static_cast<std::uint64_t>(a.slots) * total_q;
-  const TensorMapDim o_dims[3] = {
-      {d, kElementBytes, kBoxCols}, {h_q, d * kElementBytes, qb}, {o_rows, h_q * d * kElementBytes, 1}};
-  t.o_partial = make_tensor_map(a.o_partial, dtype, o_dims, 3, "o_partial");
+  if (a.o_partial != nullptr) {  // null: every row is final (an unsplit decode)
+    const std::uint64_t o_rows = static_cast<std::uint64_t>(a.slots) * total_q;
+    const TensorMapDim o_dims[3] = {
+        {d, kElementBytes, kBoxCols}, {h_q, d * kElementBytes, qb}, {o_rows, h_q * d * kElementBytes, 1}};
+    t.o_partial = make_tensor_map(a.o_partial, dtype, o_dims, 3, "o_partial");
+  }
   if (a.out != nullptr) {
     const std::uint64_t out_head = stride_bytes(a.stride_out_head, h_q, d * kElementBytes);
     const std::uint64_t out_token = stride_bytes(a.stride_out_token, total_q, h_q * out_head);

@@ -290,10 +290,9 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       const int h = t.kv_head * group + (r - qi * group);
       return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * p.attn.h_q + h};
     };
-    // The prefill's instance may write final rows (p.direct); the decode's (kSkipBlocks) always
-    // writes its split's slot, and the combine applies sinks.
-    constexpr bool kMayBeFinal = !Traits::kSkipBlocks;
-    const bool final_rows = kMayBeFinal && p.direct;
+    // Final rows (p.direct: the prefill's, and an unsplit decode's) get the sink here; a split's
+    // slot gets it in the combine.
+    const bool final_rows = p.direct;
     float sink[2] = {-INFINITY, -INFINITY};
     if (final_rows && p.attn.sinks != nullptr) {
 #pragma unroll
@@ -302,9 +301,8 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
         if (isfinite(s)) sink[half] = s * kLog2e;  // a non-finite sink is ignored
       }
     }
-    store_tile<Traits, true, kMayBeFinal>(tma, final_rows ? tma.out : tma.o_partial, acc_o, st.m, st.l, sink,
-                                          smem.q[qb], final_rows ? p.attn.lse : p.attn.lse_partial,
-                                          opaque_tid() - 128, target, o_scale);
+    store_tile<Traits, true, true>(tma, final_rows ? tma.out : tma.o_partial, acc_o, st.m, st.l, sink, smem.q[qb],
+                                   final_rows ? p.attn.lse : p.attn.lse_partial, opaque_tid() - 128, target, o_scale);
     Barrier64::arrive(&smem.q_empty[qb]);
     ++iter;
   }

@@ -34,7 +34,7 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
              p.batch >= 1 && p.tiles <= INT32_MAX / 2);
   MSA_ASSERT(p.topk != nullptr && (p.tile_list == nullptr) == (p.tile_count == nullptr));
   MSA_ASSERT(p.splits >= 1 && p.splits <= p.attn.slots && (p.splits == 1 || p.tile_list == nullptr));
-  MSA_ASSERT(!p.direct || (!kDecode && p.splits == 1 && p.attn.out != nullptr));  // final rows: the prefill's
+  MSA_ASSERT(p.direct ? (p.splits == 1 && p.attn.out != nullptr) : p.attn.o_partial != nullptr);  // final rows or slots
   if (p.tiles <= 0) return;
   // The shared-memory attribute, once (thread-safe static initialisation).
   static const bool configured = [] {
