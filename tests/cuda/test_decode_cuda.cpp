@@ -100,6 +100,10 @@ std::vector<Case> cases() {
   c.push_back(make_case("b4_q1_split_sinks", 64, 4, 16, 128, 1, {100000, 5, 4096, 30000}, Selection::kRandom, 11));
   c.back().spec.sinks = true;
   c.push_back(make_case("b96_q8_g16", 64, 4, 16, 128, 8, lengths(96, 8, 4000, 12), Selection::kClustered, 12));
+  // 160 requests of one query fill 80 (KV head, query tile) pairs with no split: the kernel
+  // writes out and lse itself, sinks applied.
+  c.push_back(make_case("b160_q1_unsplit_sinks", 64, 4, 16, 64, 1, lengths(160, 1, 2500, 14), Selection::kRandom, 14));
+  c.back().spec.sinks = true;
   const bool fp16_built = msa::test::fp16_instances_built();
   const std::size_t bf16_cases = c.size();
   for (std::size_t i = 0; fp16_built && i < bf16_cases; ++i) {
@@ -126,6 +130,7 @@ std::vector<Case> cases() {
     fp8(c[8], {0.003f}, {0.2f});                                             // B = 1: split
     fp8(c[10], {0.01f, 0.02f, 0.03f, 0.04f}, {0.015f});                      // split, sinks
     fp8(c[11], {0.011f}, {0.013f});  // 96 requests: several tiles per CTA
+    fp8(c[12], {0.02f, 0.007f, 0.3f, 0.05f}, {0.04f});  // unsplit, sinks
     Case spread = make_case("fp8_q8_g16_spread_q", 64, 4, 16, 128, 8, {3000, 300, 9000}, Selection::kRandom, 13);
     spread.spread_q = true;
     spread.k_descale = {0.015625f};  // powers of two: the reference's dequantised K is exact, so
