@@ -45,7 +45,7 @@ class SparseDecode {
 
   // Fixes the batch geometry that run() will see from host-known sizes only: B, Q and an upper
   // bound of seq_len (0: none given; the CUDA backend then splits the work as for long
-  // requests). On CUDA it writes the decode's row offsets on `stream` and reads nothing back:
+  // requests). On CUDA it launches nothing and reads nothing back (`stream` is unused there):
   // capturable once the workspace is big enough.
   void plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len,
             cudaStream_t stream = nullptr);

@@ -1,5 +1,5 @@
-// The CUDA sparse decode operator (spec §4): plan() fixes the geometry from host-known sizes
-// (B, Q, a bound on seq_len) and writes the decode's packed query rows; run() validates the
+// The CUDA sparse decode operator (spec §4): plan() fixes the geometry and carves the workspace
+// from host-known sizes (B, Q, a bound on seq_len), launching nothing; run() validates the
 // metadata, then launches the tile-union kernel over the (KV head, query tile) pairs. When the
 // pairs alone would leave SMs idle, each is split over its union and the combine merges the
 // splits (programmatic dependent launch); otherwise the kernel writes out and lse itself.
@@ -19,7 +19,6 @@
 #include "cuda/api/host_mirrors.h"
 #include "cuda/combine/launch.h"
 #include "cuda/common/workspace.h"
-#include "cuda/decode/rows.h"
 #include "cuda/prefill/sm90/common/tma.h"
 #include "cuda/prefill/sm90/launch.h"
 
@@ -37,16 +36,15 @@ class DecodeCuda final : public SparseDecode::Impl {
  public:
   void set_workspace(void* data, std::size_t bytes) override {
     scratch_.borrow(data, bytes);
-    planned_ = false;  // the decode rows lived in the previous workspace
+    planned_ = false;  // the partials lived in the previous workspace
   }
 
-  void plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len, cudaStream_t stream) override {
+  void plan(std::int64_t batch, int q_per_request, std::int64_t max_seq_len, cudaStream_t /*stream*/) override {
     planned_ = false;
     check_decode_plan(shape, batch, q_per_request, max_seq_len);
     geo_ = decode_geometry(shape, batch, q_per_request, max_seq_len);
     const std::size_t bytes = decode_workspace(shape, geo_, nullptr).bytes;
     ws_ = decode_workspace(shape, geo_, scratch_.get(bytes));
-    launch_decode_rows(ws_.cu_seqlens_q, batch, q_per_request, stream);
     if (sm_count_ == 0) sm_count_ = current_sm_count();
     max_seq_len_ = max_seq_len;
     planned_ = true;

@@ -44,7 +44,6 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
 DecodeWorkspace decode_workspace(const AttentionShape& shape, const DecodeGeometry& g, void* base) {
   Arena arena = base != nullptr ? Arena(base) : Arena();
   DecodeWorkspace w;
-  w.cu_seqlens_q = arena.take<std::int32_t>(static_cast<std::size_t>(g.batch + 1));
   if (g.splits > 1) {  // one split: the kernel writes out and lse, no partials
     const auto rows =
         static_cast<std::size_t>(g.splits) * static_cast<std::size_t>(g.total_q) * static_cast<std::size_t>(shape.h_q);
@@ -76,7 +75,7 @@ prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shap
     p.k_descale_stride = a.k_descale.dim(0) == 1 ? 0 : static_cast<int>(a.k_descale.stride[0]);
     p.v_descale_stride = a.v_descale.dim(0) == 1 ? 0 : static_cast<int>(a.v_descale.stride[0]);
   }
-  p.cu_seqlens_q = w.cu_seqlens_q;
+  p.cu_seqlens_q = nullptr;  // a uniform batch: the kernel finds request q / Q (TileUnionParams)
   p.k_len = a.seq_len.ptr<const std::int32_t>();
   p.o_partial = w.o_partial;
   p.lse_partial = w.lse_partial;
@@ -106,6 +105,7 @@ prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::Atten
   u.stride_topk_head = a.topk_head_major ? a.topk.stride[0] : a.topk.stride[1];
   u.stride_topk_token = a.topk_head_major ? a.topk.stride[1] : a.topk.stride[0];
   u.batch = static_cast<int>(g.batch);
+  u.q_per_request = g.q_per_request;
   u.q_per_tile = g.q_per_tile;
   u.splits = g.splits;
   u.direct = g.splits == 1;

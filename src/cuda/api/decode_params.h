@@ -1,10 +1,10 @@
 // The CUDA sparse decode's geometry, workspace and kernel parameters. The decode runs on the
-// query-major tile-union kernel (src/cuda/prefill/sm90/tile_union/): a varlen batch of B
-// requests of Q queries (cu_seqlens_q = 0, Q, 2Q, ...; k_len = seq_len), so each (KV head,
-// query tile) pair loads the union of its queries' blocks once for all their Q x G rows. When
-// the pairs alone would leave SMs idle, each pair runs as `splits` tiles over parts of its
-// union (split-KV), and the combine merges the splits' partials; with one split the kernel
-// writes out and lse itself (no partials, no combine).
+// query-major tile-union kernel (src/cuda/prefill/sm90/tile_union/): a uniform batch of B
+// requests of Q queries (request b holds queries [b Q, (b + 1) Q); k_len = seq_len, and
+// TileUnionParams::q_per_request = Q in place of cu_seqlens_q), so each (KV head, query tile) pair loads the union of
+// its queries' blocks once for all their Q x G rows. When the pairs alone would leave SMs idle, each pair runs as
+// `splits` tiles over parts of its union (split-KV), and the combine merges the splits' partials; with one split the
+// kernel writes out and lse itself (no partials, no combine).
 #pragma once
 
 #include <cstddef>
@@ -45,7 +45,6 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
 
 // The workspace, carved from an Arena in this order (docs/layouts.md).
 struct DecodeWorkspace {
-  std::int32_t* cu_seqlens_q = nullptr;  // [B + 1] = 0, Q, ..., B Q (written by plan())
   void* o_partial = nullptr;             // [splits, total_q, h_q, d] 16-bit (the q dtype); null
                                          // with one split (the kernel writes out)
   float* lse_partial = nullptr;          // [splits, total_q, h_q]; null with one split

@@ -60,6 +60,20 @@ __device__ __forceinline__ TileQuery locate_tile_query(const std::int32_t* cu_se
   return t;
 }
 
+// The same for a uniform batch of q_per_request queries per request (the decode's: request b
+// holds packed queries [b Q, (b + 1) Q)), which needs no cu_seqlens_q: only k_len is read.
+__device__ __forceinline__ TileQuery locate_uniform_query(const std::int32_t* k_len, int q_per_request, std::int64_t q0,
+                                                          std::int64_t q) {
+  TileQuery t;
+  t.b = static_cast<int>(q / q_per_request);
+  const std::int64_t start = std::int64_t(t.b) * q_per_request;
+  t.segment = static_cast<int>(min(start > q0 ? start - q0 : std::int64_t(0), std::int64_t(kTileUnionMaxQueries - 1)));
+  t.k_len = max(k_len[t.b], 0);
+  t.blocks = (t.k_len + kBlockSize - 1) / kBlockSize;
+  t.pos = static_cast<int>(t.k_len - q_per_request + (q - start));
+  return t;
+}
+
 // Offers `key` (not union_key::kNone) to an open-addressing table of 2^bits slots in shared
 // memory, free slots holding union_key::kNone, with fewer keys than slots: the key's slot (the
 // one it already held, or a free one it now takes), and `fresh` true for the one offer of a key

@@ -73,7 +73,9 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
   if (bt < 32) {
     const bool active = bt < t.nq;
     TileQuery tq{};
-    if (active) tq = locate_tile_query(p.attn.cu_seqlens_q, p.attn.k_len, p.batch, t.q0, t.q0 + bt, 0);
+    if (active)
+      tq = p.q_per_request > 0 ? locate_uniform_query(p.attn.k_len, p.q_per_request, t.q0, t.q0 + bt)
+                               : locate_tile_query(p.attn.cu_seqlens_q, p.attn.k_len, p.batch, t.q0, t.q0 + bt, 0);
     const unsigned peers = __match_any_sync(0xffffffffu, active ? tq.segment : -1 - bt);
     if (active) {
       smem.q_seg[bt] = tq.segment;

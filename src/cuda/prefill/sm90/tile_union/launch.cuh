@@ -31,7 +31,8 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
   // The tile's limits (geometry.h); the prefill and the decode choose their own q_per_tile within them.
   MSA_ASSERT(p.q_per_tile >= 1 && p.q_per_tile <= kTileUnionMaxQueries &&
              p.q_per_tile * p.attn.topk <= kTileUnionMaxEntries && p.q_per_tile * p.attn.group <= kTileUnionRows &&
-             p.batch >= 1 && p.tiles <= INT32_MAX / 2);
+             p.batch >= 1 && p.tiles <= INT32_MAX / 2 && p.q_per_request >= 0 &&
+             (p.q_per_request == 0 || p.attn.total_q == std::int64_t(p.batch) * p.q_per_request));
   MSA_ASSERT(p.topk != nullptr && (p.tile_list == nullptr) == (p.tile_count == nullptr));
   MSA_ASSERT(p.splits >= 1 && p.splits <= p.attn.slots && (p.splits == 1 || p.tile_list == nullptr));
   MSA_ASSERT(p.direct ? (p.splits == 1 && p.attn.out != nullptr) : p.attn.o_partial != nullptr);  // final rows or slots

@@ -19,6 +19,9 @@ struct TileUnionParams {
   std::int64_t stride_topk_head;
   std::int64_t stride_topk_token;
   int batch;                       // B >= 1: cu_seqlens_q has B + 1 entries
+  int q_per_request;               // > 0: a uniform batch (the decode's), request b holding
+                                   // queries [b q_per_request, (b + 1) q_per_request); the
+                                   // kernel then reads no cu_seqlens_q. 0: varlen
   int q_per_tile;                  // tile_union_queries_per_tile(group, topk); the decode's:
                                    // tile_union_decode_queries(group)
   int splits;                      // 1..attn.slots: each (KV head, query tile) pair runs as this
