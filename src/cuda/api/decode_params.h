@@ -1,10 +1,11 @@
 // The CUDA sparse decode's geometry, workspace and kernel parameters. The decode runs on the
 // query-major tile-union kernel (src/cuda/prefill/sm90/tile_union/): a uniform batch of B
-// requests of Q queries (request b holds queries [b Q, (b + 1) Q); k_len = seq_len, and
-// TileUnionParams::q_per_request = Q in place of cu_seqlens_q), so each (KV head, query tile) pair loads the union of
-// its queries' blocks once for all their Q x G rows. When the pairs alone would leave SMs idle, each pair runs as
-// `splits` tiles over parts of its union (split-KV), and the combine merges the splits' partials; with one split the
-// kernel writes out and lse itself (no partials, no combine).
+// requests of Q queries (request b holds queries [b Q, (b + 1) Q), found by the kernel as q / Q
+// through TileUnionParams::q_per_request; k_len = seq_len), so each (KV head, query tile) pair
+// loads the union of its queries' blocks once for all their Q x G rows. When the pairs alone
+// would leave SMs idle, each pair runs as `splits` tiles over parts of its union (split-KV), and
+// the combine merges the splits' partials; with one split the kernel writes out and lse itself
+// (no partials, no combine).
 #pragma once
 
 #include <cstddef>
