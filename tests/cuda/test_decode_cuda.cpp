@@ -104,6 +104,12 @@ std::vector<Case> cases() {
   // writes out and lse itself, sinks applied.
   c.push_back(make_case("b160_q1_unsplit_sinks", 64, 4, 16, 64, 1, lengths(160, 1, 2500, 14), Selection::kRandom, 14));
   c.back().spec.sinks = true;
+  // Q above a tile's queries at G = 16: a request's tiles (siblings, sorting their unions by
+  // block) hold 8 and 4 of its 12 queries, or a tile holds the ends of two requests; split.
+  c.push_back(make_case("b3_q12_g16_siblings_split", 64, 4, 16, 128, 12, {30000, 12, 4000}, Selection::kRandom, 15));
+  Case adv16 = make_case("q16_g16_adversarial", 64, 4, 16, 64, 16, lengths(6, 16, 5000, 16), Selection::kRandom, 16);
+  adv16.adversarial = true;
+  c.push_back(adv16);
   const bool fp16_built = msa::test::fp16_instances_built();
   const std::size_t bf16_cases = c.size();
   for (std::size_t i = 0; fp16_built && i < bf16_cases; ++i) {
@@ -131,6 +137,7 @@ std::vector<Case> cases() {
     fp8(c[10], {0.01f, 0.02f, 0.03f, 0.04f}, {0.015f});                      // split, sinks
     fp8(c[11], {0.011f}, {0.013f});  // 96 requests: several tiles per CTA
     fp8(c[12], {0.02f, 0.007f, 0.3f, 0.05f}, {0.04f});  // unsplit, sinks
+    fp8(c[13], {0.01f}, {0.02f});                       // sibling tiles, split
     Case spread = make_case("fp8_q8_g16_spread_q", 64, 4, 16, 128, 8, {3000, 300, 9000}, Selection::kRandom, 13);
     spread.spread_q = true;
     spread.k_descale = {0.015625f};  // powers of two: the reference's dequantised K is exact, so

@@ -4,9 +4,9 @@
 // A tile is q_per_tile consecutive queries of one KV head, their G heads packed into the
 // 128-row M tile (row r = query r / G, head r % G). Its union is the set of (request, block)
 // keys its queries selected, deduplicated in first-seen order (query-major, slot order: the
-// result is deterministic); every union block's K/V is loaded once for all 128 rows, and a
-// row sees a block's keys only if its query selected it (a membership bit per query) and the
-// causal / k_len limit allows.
+// result is deterministic), then sorted by key where a decode request spans several tiles;
+// every union block's K/V is loaded once for all 128 rows, and a row sees a block's keys only
+// if its query selected it (a membership bit per query) and the causal / k_len limit allows.
 #pragma once
 
 #include <cstdint>
@@ -133,12 +133,38 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
       base += __popc(ballot);
     }
     if (bt == 0) {
+      // Keys past the union up to a multiple of 4 sort last (step 4b reads them 4 at a time).
+      for (int r = base; r < kMaxEntries && (r & 3) != 0; ++r) list.block[r] = INT32_MAX;
       list.size = base;
       list.begin = static_cast<int>(std::int64_t(base) * t.split / p.splits);
       list.end = static_cast<int>(std::int64_t(base) * (t.split + 1) / p.splits);
     }
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
+  // 4b. A decode request spread over several tiles (Q > q_per_tile: G > 8 and Q > 128 / G) has
+  // its tiles walk their unions in key order, block ascending, so that a block two of them chose
+  // is read by both at about the same time and the second read finds it in L2 (sibling tiles run
+  // in the same round of the schedule; docs/performance.md, step 40). Each first-seen entry's
+  // place is the count of smaller keys (the keys are distinct; at most 14 x 32 of them here).
+  if (p.q_per_request > p.q_per_tile) {
+    const int size = list.size;
+    const auto* keys4 = reinterpret_cast<const int4*>(list.block);
+    for (int r = bt; r < size; r += kBuilderThreads) {
+      const std::int32_t key = list.block[r];
+      int place = 0;
+      for (int j = 0; j < (size + 3) / 4; ++j) {
+        const int4 k = keys4[j];
+        place += (k.x < key) + (k.y < key) + (k.z < key) + (k.w < key);
+      }
+      smem.table_key[place] = key;  // the table is free after step 3
+      smem.table_first[r] = place;
+    }
+    named_barrier_sync(kBuilders, kBuilderThreads);
+    for (int r = bt; r < size; r += kBuilderThreads) list.block[r] = smem.table_key[r];
+    for (int e = bt; e < n; e += kBuilderThreads)
+      if (smem.first[e] == e) smem.rank[e] = smem.table_first[smem.rank[e]];
+    named_barrier_sync(kBuilders, kBuilderThreads);
+  }
   // 5. Membership: query i selected union entry rank[first[e]]; and each entry's 16-token
   // chunks on valid pages.
   for (int e = bt; e < n; e += kBuilderThreads) {
