@@ -46,32 +46,33 @@ __device__ __forceinline__ int request_of_query(const std::int32_t* cu_seqlens_q
   return last_at_most(cu_seqlens_q, batch, q, b_first, stride);
 }
 
-__device__ __forceinline__ TileQuery locate_tile_query(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len,
-                                                       int batch, std::int64_t q0, std::int64_t q, int b_first) {
+// Query q of request b, whose packed queries are [start, end), in a tile starting at query q0.
+__device__ __forceinline__ TileQuery tile_query(const std::int32_t* k_len, int b, std::int64_t start, std::int64_t end,
+                                                std::int64_t q0, std::int64_t q) {
   TileQuery t;
-  t.b = request_of_query(cu_seqlens_q, batch, q, b_first);
-  const std::int64_t start = cu_seqlens_q[t.b];
+  t.b = b;
   // Clamped for batches that break the contract (cu_seqlens_q changed on the device since plan()):
   // results are then unspecified, but every segment stays a valid index of a 32-entry table.
   t.segment = static_cast<int>(min(start > q0 ? start - q0 : std::int64_t(0), std::int64_t(kTileUnionMaxQueries - 1)));
-  t.k_len = max(k_len[t.b], 0);
+  t.k_len = max(k_len[b], 0);
   t.blocks = (t.k_len + kBlockSize - 1) / kBlockSize;
-  t.pos = static_cast<int>(t.k_len - (cu_seqlens_q[t.b + 1] - start) + (q - start));
+  t.pos = static_cast<int>(t.k_len - (end - start) + (q - start));
   return t;
+}
+
+__device__ __forceinline__ TileQuery locate_tile_query(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len,
+                                                       int batch, std::int64_t q0, std::int64_t q, int b_first) {
+  const int b = request_of_query(cu_seqlens_q, batch, q, b_first);
+  return tile_query(k_len, b, cu_seqlens_q[b], cu_seqlens_q[b + 1], q0, q);
 }
 
 // The same for a uniform batch of q_per_request queries per request (the decode's: request b
 // holds packed queries [b Q, (b + 1) Q)), which needs no cu_seqlens_q: only k_len is read.
 __device__ __forceinline__ TileQuery locate_uniform_query(const std::int32_t* k_len, int q_per_request, std::int64_t q0,
                                                           std::int64_t q) {
-  TileQuery t;
-  t.b = static_cast<int>(q / q_per_request);
-  const std::int64_t start = std::int64_t(t.b) * q_per_request;
-  t.segment = static_cast<int>(min(start > q0 ? start - q0 : std::int64_t(0), std::int64_t(kTileUnionMaxQueries - 1)));
-  t.k_len = max(k_len[t.b], 0);
-  t.blocks = (t.k_len + kBlockSize - 1) / kBlockSize;
-  t.pos = static_cast<int>(t.k_len - q_per_request + (q - start));
-  return t;
+  const int b = static_cast<int>(q / q_per_request);
+  const std::int64_t start = std::int64_t(b) * q_per_request;
+  return tile_query(k_len, b, start, start + q_per_request, q0, q);
 }
 
 // Offers `key` (not union_key::kNone) to an open-addressing table of 2^bits slots in shared

@@ -133,8 +133,6 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
       base += __popc(ballot);
     }
     if (bt == 0) {
-      // Keys past the union up to a multiple of 4 sort last (step 4b reads them 4 at a time).
-      for (int r = base; r < kMaxEntries && (r & 3) != 0; ++r) list.block[r] = INT32_MAX;
       list.size = base;
       list.begin = static_cast<int>(std::int64_t(base) * t.split / p.splits);
       list.end = static_cast<int>(std::int64_t(base) * (t.split + 1) / p.splits);
@@ -148,14 +146,15 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
   // place is the count of smaller keys (the keys are distinct; at most 14 x 32 of them here).
   if (p.q_per_request > p.q_per_tile) {
     const int size = list.size;
-    const auto* keys4 = reinterpret_cast<const int4*>(list.block);
+    const auto* keys4 = reinterpret_cast<const int4*>(list.block);  // 4 keys at a time, then the rest
     for (int r = bt; r < size; r += kBuilderThreads) {
       const std::int32_t key = list.block[r];
       int place = 0;
-      for (int j = 0; j < (size + 3) / 4; ++j) {
+      for (int j = 0; j < size / 4; ++j) {
         const int4 k = keys4[j];
         place += (k.x < key) + (k.y < key) + (k.z < key) + (k.w < key);
       }
+      for (int j = size & ~3; j < size; ++j) place += list.block[j] < key;
       smem.table_key[place] = key;  // the table is free after step 3
       smem.table_first[r] = place;
     }

@@ -18,8 +18,8 @@ static_assert((kKeyTableSize & (kKeyTableSize - 1)) == 0);
 
 // One tile's union, written by the builders and read by the loader and the consumers.
 struct UnionList {
-  alignas(16) std::int32_t block[kMaxEntries];  // union entry u: its union_key (then INT32_MAX
-                                                // up to a multiple of 4)
+  alignas(16) std::int32_t block[kMaxEntries];  // union entry u: its union_key (16-byte aligned
+                                                // for the sort's loads)
   std::uint32_t members[kMaxEntries];           // bit i: tile query i selected entry u's block
   std::uint8_t chunks[kMaxEntries];             // its block's 16-token chunks on valid pages
   std::int32_t q_pos[kTileUnionMaxQueries];     // position of tile query i in its request
