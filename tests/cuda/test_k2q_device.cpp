@@ -48,7 +48,9 @@ struct PlanCase {
   Mutation mutation = Mutation::kNone;
   std::int64_t extra_k_len = 0;  // max_k_len bound = real max + this (a loose bound)
   std::uint64_t seed = 1;
-  bool small_path = false;  // the small path (k2q_small_kernels.cuh); else the general one
+  // The planner's path (K2qDeviceGeometry::path): general, small (k2q_small_kernels.cuh) or grid
+  // (k2q_grid_kernels.cuh); small_cases() and grid_cases() keep the cases that fit theirs.
+  msa::cuda::K2qPath path = msa::cuda::K2qPath::kGeneral;
 };
 // Test names in CTest and gtest output: the case name, not the struct bytes.
 void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
@@ -213,7 +215,7 @@ struct DevicePlan {
         k_len(in.k_len),
         topk(in.topk),
         workspace(sizes.total) {
-    sizes.geo.small = c.small_path;  // a small path case fits (small_cases() checks)
+    sizes.geo.path = c.path;  // a small or grid path case fits (small_cases(), grid_cases() check)
     msa::cuda::Arena arena(workspace.get());
     buffers = msa::cuda::k2q_device_layout(sizes.geo, arena);
     inputs.cu_seqlens_q = static_cast<const std::int32_t*>(cu.ptr);
@@ -331,6 +333,20 @@ std::vector<PlanCase> cases() {
   add({"small_loose_bound", 8, 8, 64, {{300, 1000}, {20, 150}}, Selection::kRandom, Mutation::kNone, 9000, 26});
   add({"small_6144_rows", 4, 16, 64, std::vector<Request>(6, Request{40, 131072}), Selection::kRandom,
        Mutation::kAdversarial, 0, 27});
+  // Sized for the grid path (grid_cases()): one task per head (96 heads), tasks past the last
+  // level, the query limit, a one-block request.
+  add({"grid_96_heads", 96, 16, 8, {{300, 2000}, {50, 900}}, Selection::kRandom, Mutation::kAdversarial, 0, 28});
+  add({"grid_one_block", 4, 16, 8, {{40, 40}}, Selection::kRandom, Mutation::kNone, 0, 29});
+  add({"grid_4096_queries", 4, 16, 8, {{4096, 70000}}, Selection::kClustered, Mutation::kHot, 0, 30});
+  add({"grid_chunks_tile_shared",
+       4,
+       16,
+       8,
+       {{171, 66000}, {512, 20000}, {64, 129000}},
+       Selection::kTileShared,
+       Mutation::kNone,
+       0,
+       31});
   return v;
 }
 
@@ -342,7 +358,21 @@ std::vector<PlanCase> small_cases() {
     if (!msa::cuda::k2q_small_fits(msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, in)).geo))
       continue;
     c.name += "_small";
-    c.small_path = true;
+    c.path = msa::cuda::K2qPath::kSmall;
+    v.push_back(std::move(c));
+  }
+  return v;
+}
+
+// The cases the grid path can plan, named *_grid, planned by it.
+std::vector<PlanCase> grid_cases() {
+  std::vector<PlanCase> v;
+  for (PlanCase c : cases()) {
+    const PlanInputs in = make_inputs(c);
+    if (msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, in)).geo.grid_tasks_per_head == 0)
+      continue;
+    c.name += "_grid";
+    c.path = msa::cuda::K2qPath::kGrid;
     v.push_back(std::move(c));
   }
   return v;
@@ -413,27 +443,43 @@ TEST(K2qDeviceLayout, WorkspaceGrowsAcrossTheItemSizeSwitch) {
             msa::SparsePrefill::workspace_bytes(s, {1, 4095, 65536}, o));
 }
 
-TEST(K2qDeviceLayout, SmallPathForSmallChunks) {
+// The path choice (sizing only, no GPU), as measured on the H100 (docs/performance.md, step 41):
+// the grid path where it fits (at most 64 requests, 4096 queries, 128 KV heads, 256 rows per
+// task) for up to 512 queries, unless the small path is chosen and light (at most 1024 top-k
+// slots and 12288 (head, row) pairs); the small path where it fits and was measured faster than
+// the general one (at most 3072 slots and 4 x 6144 pairs); the general path otherwise.
+TEST(K2qDeviceLayout, PathForTheProblem) {
   using msa::ProblemSize;
+  using msa::cuda::K2qPath;
   const auto geo = [](int h_kv, int topk, ProblemSize p) { return msa::cuda::k2q_device_sizes(h_kv, topk, 64, p).geo; };
-  EXPECT_TRUE(geo(4, 16, {1, 1, 16385}).small);
-  EXPECT_TRUE(geo(4, 16, {1, 171, 65707}).small);
-  EXPECT_TRUE(geo(4, 16, {1, 171, 131243}).small);  // 4 x 1026 (head, row) pairs
-  EXPECT_TRUE(geo(4, 16, {4, 64, 65552}).small);     // 4 x 16 new tokens on 64k
-  EXPECT_TRUE(geo(4, 16, {4, 64, 131088}).small);    // on 128k: 4 x 4100 (head, row) pairs
-  EXPECT_FALSE(geo(4, 16, {4, 256, 16448}).small);   // 4096 slots: a tie, measured
-  EXPECT_TRUE(msa::cuda::k2q_small_fits(geo(4, 16, {4, 256, 65600})));
-  EXPECT_TRUE(geo(4, 5, {1, 384, 9000}).small);      // K' = 8: 3072 slots
-  EXPECT_FALSE(geo(4, 5, {1, 385, 9000}).small);
-  EXPECT_FALSE(geo(4, 16, {1, 512, 131584}).small);  // 8192 slots: fits, measured slower
+  const auto path = [&](int h_kv, int topk, ProblemSize p) { return geo(h_kv, topk, p).path; };
+  EXPECT_EQ(path(4, 16, {1, 1, 16385}), K2qPath::kSmall);   // light: the small path
+  EXPECT_EQ(path(4, 16, {1, 64, 65600}), K2qPath::kSmall);  // 1024 slots
+  EXPECT_EQ(path(4, 16, {1, 65, 65601}), K2qPath::kGrid);   // 1040 slots
+  EXPECT_EQ(path(4, 16, {1, 171, 65707}), K2qPath::kGrid);
+  EXPECT_EQ(path(4, 16, {1, 512, 131584}), K2qPath::kGrid);  // the small path does not take it
+  EXPECT_EQ(path(4, 16, {1, 513, 131585}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {4, 64, 65600}), K2qPath::kSmall);  // 4 x 2052 (head, row) pairs
+  EXPECT_EQ(path(4, 16, {4, 64, 131088}), K2qPath::kGrid);  // 4 x 4100 pairs; 33 levels x 4 requests per task
+  EXPECT_EQ(path(4, 16, {4, 256, 65792}), K2qPath::kGrid);  // 4096 slots
+  EXPECT_EQ(path(4, 16, {4, 684, 131243}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {16, 16, 16400}), K2qPath::kSmall);
+  EXPECT_EQ(path(4, 16, {64, 320, 4000}), K2qPath::kGrid);       // 64 requests, one level per task
+  EXPECT_EQ(path(4, 16, {64, 320, 40000}), K2qPath::kGeneral);   // 10 levels x 64 requests per task
+  EXPECT_EQ(path(4, 16, {65, 650, 1000}), K2qPath::kGeneral);    // 65 requests
+  EXPECT_EQ(path(4, 16, {16, 512, 131072}), K2qPath::kGeneral);  // 32 levels x 16 requests per task
+  EXPECT_EQ(path(128, 16, {1, 100, 4000}), K2qPath::kGrid);      // one task per head, 1600 slots
+  EXPECT_EQ(path(129, 16, {1, 100, 4000}), K2qPath::kSmall);     // the grid path does not fit
+  EXPECT_EQ(path(129, 16, {1, 193, 4000}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {1, 32768, 32768}), K2qPath::kGeneral);
+  EXPECT_EQ(geo(4, 16, {1, 171, 65707}).grid_tasks_per_head, 32);
+  EXPECT_EQ(geo(4, 16, {1, 40, 40}).grid_tasks_per_head, 1);  // one level: one task per head
+  EXPECT_EQ(geo(64, 16, {1, 171, 32000}).grid_tasks_per_head, 2);
+  EXPECT_EQ(geo(64, 16, {1, 171, 65707}).grid_tasks_per_head, 0);  // 257 levels per task
+  EXPECT_GT(geo(4, 5, {1, 4096, 135168}).grid_tasks_per_head, 0);  // fits (tests may choose it)
+  EXPECT_EQ(geo(4, 5, {1, 4097, 135168}).grid_tasks_per_head, 0);
   EXPECT_TRUE(msa::cuda::k2q_small_fits(geo(4, 16, {1, 512, 131584})));
-  EXPECT_FALSE(geo(4, 16, {1, 32768, 32768}).small);
-  EXPECT_FALSE(geo(4, 16, {65, 65, 1000}).small);        // 65 requests
-  EXPECT_TRUE(geo(4, 16, {1, 100, 600000}).small);       // 4688 rows
-  EXPECT_FALSE(geo(4, 16, {1, 100, 800000}).small);      // 6250 rows: does not fit
-  EXPECT_FALSE(geo(5, 16, {1, 100, 786432}).small);      // 5 x 6144 pairs
-  EXPECT_GT(geo(4, 16, {1, 171, 65707}).small_smem_bytes, 0u);
-  EXPECT_GT(geo(4, 16, {1, 512, 131584}).small_smem_bytes, 0u);  // tests may choose it
+  EXPECT_GT(geo(4, 16, {1, 171, 65707}).small_smem_bytes, 0u);  // tests may choose it
 }
 
 // Builds dp's plan on a stream of its own and compares it with the host's, byte for byte.
@@ -570,6 +616,7 @@ TEST_P(K2qDevice, RoutesByTheRule) {
 const auto case_name = [](const ::testing::TestParamInfo<PlanCase>& param_info) { return param_info.param.name; };
 INSTANTIATE_TEST_SUITE_P(Cases, K2qDevice, ::testing::ValuesIn(cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Small, K2qDevice, ::testing::ValuesIn(small_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Grid, K2qDevice, ::testing::ValuesIn(grid_cases()), case_name);
 
 // The backend path: SparsePrefill on CUDA plans from CPU tensors (staged to the device) and
 // from device tensors with a host bound, and plan_snapshot() equals the host builder given the
@@ -673,11 +720,13 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   add("1x16_on_16k", chunk(1, 16384, 16));
   for (const PlanCase& c : timed) {
     const PlanInputs in = make_inputs(c);
-    for (const bool small : {false, true}) {
+    using msa::cuda::K2qPath;
+    for (const K2qPath path : {K2qPath::kGeneral, K2qPath::kSmall, K2qPath::kGrid}) {
       DevicePlan dp(c, in);
       ASSERT_NE(dp.workspace.get(), nullptr);
-      if (small && !msa::cuda::k2q_small_fits(dp.sizes.geo)) continue;
-      dp.sizes.geo.small = small;
+      if (path == K2qPath::kSmall && !msa::cuda::k2q_small_fits(dp.sizes.geo)) continue;
+      if (path == K2qPath::kGrid && dp.sizes.geo.grid_tasks_per_head == 0) continue;
+      dp.sizes.geo.path = path;
       RouteBuffers route(c, in, dp, 8);
       dp.inputs.route = &route.params;
       cudaStream_t stream = nullptr;
@@ -702,10 +751,12 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
         ms.push_back(t);
       }
       std::sort(ms.begin(), ms.end());
-      std::printf("%-18s %-7s total_q %7lld rows<=%7lld edges/head %9lld: median %.1f us (min %.1f)\n",
-                  c.name.c_str(), small ? "small" : "general", static_cast<long long>(in.total_q),
-                  static_cast<long long>(dp.sizes.geo.max_rows), static_cast<long long>(dp.sizes.geo.edges_per_head),
-                  ms[ms.size() / 2] * 1e3, ms[0] * 1e3);
+      std::printf("%-18s %-7s total_q %7lld rows<=%7lld edges/head %9lld: median %.1f us (min %.1f)\n", c.name.c_str(),
+                  path == K2qPath::kGrid    ? "grid"
+                  : path == K2qPath::kSmall ? "small"
+                                            : "general",
+                  static_cast<long long>(in.total_q), static_cast<long long>(dp.sizes.geo.max_rows),
+                  static_cast<long long>(dp.sizes.geo.edges_per_head), ms[ms.size() / 2] * 1e3, ms[0] * 1e3);
       CUDA_OK(cudaEventDestroy(start));
       CUDA_OK(cudaEventDestroy(stop));
       CUDA_OK(cudaStreamDestroy(stream));

@@ -9,7 +9,7 @@
 // buffers from an Arena, once on a sizing arena (the byte count) and once on the workspace.
 //
 // Files: k2q_device.cu (geometry, layout, launch), k2q_kernels.cuh (the general path's
-// kernels), k2q_small_kernels.cuh (the small path's),
+// kernels), k2q_small_kernels.cuh (the small path's), k2q_grid_kernels.cuh (the grid path's),
 // k2q_params.h (what the kernels read), k2q_snapshot.cpp (the host copy).
 #pragma once
 
@@ -23,6 +23,9 @@
 typedef struct CUstream_st* cudaStream_t;
 
 namespace msa::cuda {
+
+// The device planner's three ways to build the same plan (K2qDeviceGeometry::path).
+enum class K2qPath { kGeneral, kSmall, kGrid };
 
 // Host-known geometry of one device plan. All counts are elements.
 struct K2qDeviceGeometry {
@@ -44,19 +47,28 @@ struct K2qDeviceGeometry {
   std::int64_t max_units = 0;       // ceil(total_q / q_per_unit) + batch
   int unit_warps = 0;               // warps per CTA of the count/scatter kernels
   std::size_t unit_smem_bytes = 0;  // dynamic shared memory of those CTAs
-  // The small path (k2q_small_kernels.cuh): the whole plan in two launches, one CTA per KV head
-  // and one to finish, chosen where it fits (k2q_small_fits) and was measured faster (at most
-  // k2q::kSmallChosenSlots top-k slots per head and kSmallChosenPairs (head, row) pairs); the
-  // general path's eight kernels otherwise. Same output byte for byte. Tests set it either way
-  // on any geometry that fits.
-  bool small = false;
-  std::size_t small_smem_bytes = 0;  // dynamic shared memory of the head CTA
+  // Which kernels build the plan (same output byte for byte; tests set any path that fits):
+  // - kGrid (k2q_grid_kernels.cuh): one cooperative launch of h_kv * grid_tasks_per_head CTAs,
+  //   where it fits (k2q_grid_fits) and was measured faster;
+  // - kSmall (k2q_small_kernels.cuh): two launches, one CTA per KV head and one to finish, where
+  //   it fits (k2q_small_fits) and was measured faster than the general path;
+  // - kGeneral (k2q_kernels.cuh): eight kernels, any size.
+  K2qPath path = K2qPath::kGeneral;
+  std::size_t small_smem_bytes = 0;  // dynamic shared memory of the small path's head CTA
+  int grid_tasks_per_head = 0;       // grid path: level ranges per KV head (0: does not fit)
+  std::size_t grid_smem_bytes = 0;   // grid path: dynamic shared memory of a CTA
 };
 
 // Whether the small path can plan this geometry: 1..64 requests, at most 1024 queries, 16384
 // top-k slots per head (queries x next power of two >= topk), 6144 rows, and 65536 (head, row)
 // pairs (k2q_params.h, kSmall*).
 bool k2q_small_fits(const K2qDeviceGeometry& geo);
+
+// Whether the grid path can plan this geometry: 1..64 requests, at most 4096 queries, topk <= 32,
+// h_kv <= 128, and at most 256 rows per task (k2q_params.h, kGrid*). Sets grid_tasks_per_head.
+// At launch it also needs its CTAs resident together (two per SM); where the device cannot
+// hold them, build_k2q_device takes the small or the general path instead.
+bool k2q_grid_fits(K2qDeviceGeometry& geo);
 
 // Dynamic shared memory the count/scatter kernels get without an opt-in attribute; plans above
 // it raise the attribute (see build_k2q_device).
@@ -102,6 +114,7 @@ struct K2qDeviceBuffers {
                               // then their exclusive prefix along the units of the request
   K2qRowTotal* row_totals;    // [h_kv, max_rows + 1] (edges, work items) per row
   K2qRowTotal* row_scan;      // [h_kv, max_rows + 1] exclusive scan of row_totals (flat)
+  K2qRowTotal* task_totals;   // [k2q::kGridMaxTasks] grid path: (edges, work items) per task
   void* cub_temp;             // [cub_temp_bound(h_kv * (max_rows + 1)) bytes]
 };
 

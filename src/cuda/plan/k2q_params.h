@@ -71,6 +71,37 @@ MSA_HOST_DEVICE SmallSmem small_smem(int max_rows, int slots) {
 }
 static_assert(kLevelsPerTile == 32, "the unit prefix maps the levels of a tile to the lanes of a warp");
 
+// The grid path (k2q_grid_kernels.cuh): one cooperative launch of kGridThreads-thread CTAs, one
+// task each: a KV head and a range of levels, so at most kGridTaskRows rows (every request's
+// block at those levels), which the task owns. Each task reads every query of its head and keeps
+// the edges that fall on its rows; a placement round is kGridThreads queries, one per thread, and
+// a row's mask of the round's queries (kGridMaskWords words) gives an edge its rank in the row.
+inline constexpr int kGridThreads = 256;
+inline constexpr int kGridTaskRows = kGridThreads;  // one row per thread for the row scans
+inline constexpr int kGridMaskWords = kGridThreads / 32;
+inline constexpr int kGridMaxTasks = 128;  // CTAs: two per SM fit on every Hopper part
+inline constexpr int kGridMaxBatch = 64;   // a level's requests are the bits of one 64-bit word
+inline constexpr int kGridMaxQueries = 4096;
+inline constexpr int kGridMaxTopk = 32;
+// Where k2q_device_sizes picks the grid path (H100, graph replays, docs/performance.md step 41):
+// it planned 64-512 queries in 27-45 us where the small path took 19-67 and the general path
+// 40-46, but a single request of 1-64 queries took 17-27 us against the small path's 14-19, and
+// 684 queries and more took 58 us and up against the general path's 47-50.
+inline constexpr int kGridChosenQueries = 512;
+inline constexpr int kGridSmallSlots = 1024;   // small path chosen and at most this many slots ...
+inline constexpr int kGridSmallPairs = 12288;  // ... and (head, row) pairs: the small path stays
+
+// A grid task's dynamic shared memory (it shares the bytes with the routing warps' tables).
+struct GridTaskSmem {
+  unsigned long long level_requests[kGridTaskRows];  // level l0 + i: bit b = request b has a block there
+  int level_row[kGridTaskRows + 1];                  // first row of level l0 + i; [levels] = the task's end
+  int coord[kGridTaskRows];                          // task row i: b << 20 | block
+  int edges[kGridTaskRows];                          // edges of task row i
+  int cursor[kGridTaskRows];                         // its next edge's place (placement)
+  int first_item[kGridTaskRows];                     // exclusive scan of the rows' items
+  unsigned mask[kGridTaskRows * kGridMaskWords];     // placement round: bit (warp, lane) per row
+};
+
 // Everything the planner kernels read and write. Shapes in brackets; all counts fit in int32
 // (k2q_device_sizes checks), offsets are formed in 64 bits.
 struct BuildParams {
@@ -107,6 +138,7 @@ struct BuildParams {
   std::int32_t* unit_counts;  // [h_kv, max_units, max_blocks]
   K2qRowTotal* row_totals;    // [h_kv, max_rows + 1] edges << 32 | items per row
   K2qRowTotal* row_scan;      // [h_kv, max_rows + 1] flat exclusive scan of row_totals
+  K2qRowTotal* task_totals;   // [kGridMaxTasks] grid path: (edges, work items) of each task
   // geometry
   int batch;
   int total_q;
@@ -123,6 +155,7 @@ struct BuildParams {
   int unit_warps;
   int edges_per_head;
   int work_capacity;
+  int tasks_per_head;  // grid path: level ranges per KV head (h_kv * tasks_per_head CTAs)
 };
 
 }  // namespace msa::cuda::k2q
