@@ -145,8 +145,10 @@ struct K2qDeviceInputs {
 
 // Enqueues the planner on `stream`: no host synchronisation, no allocation, graph-capturable.
 // Plans whose unit_smem_bytes or small_smem_bytes exceed kK2qUnitSmemDefault (max_k_len > 1.5M
-// tokens; on the small path, above 48 KB with the head kernel's static shared memory) raise a kernel attribute the first time a size
-// is seen (process-wide, current device); make that first call outside a capture.
+// tokens; on the small path, above 48 KB with the head kernel's static shared memory) raise a
+// kernel attribute the first time a size is seen (process-wide, current device), and the grid
+// path raises its kernel's to its largest need and asks the device's occupancy the first time
+// it is taken on a device; make those first calls outside a capture.
 void build_k2q_device(const K2qDeviceGeometry& geo, const K2qDeviceInputs& in, const K2qDeviceBuffers& out,
                       cudaStream_t stream);
 
