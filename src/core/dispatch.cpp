@@ -25,17 +25,16 @@ ImplPtr pick(const char* op, const Options& options, CpuMake cpu_make, CudaMake 
     impl = cpu_make();
   } else {
 #if MSA_WITH_CUDA
+    // Checked here, once, before the backend is made (its constructor may set up the device),
+    // so that no CUDA call of the backend meets a missing device first.
+    if (!cuda::device_present())
+      throw Error("options.backend", "cuda", std::string(op) + ": no CUDA device is visible to this process");
     impl = cuda_make();
 #else
     (void)cuda_make;
 #endif
   }
   if (!impl) unsupported(op, options.backend);
-#if MSA_WITH_CUDA
-  // Checked here, once, so that no CUDA call of the backend meets a missing device first.
-  if (options.backend == Backend::kCuda && !cuda::device_present())
-    throw Error("options.backend", "cuda", std::string(op) + ": no CUDA device is visible to this process");
-#endif
   return impl;
 }
 

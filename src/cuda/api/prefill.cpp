@@ -37,7 +37,9 @@ void check_prefill_shape(const AttentionShape& shape) {
 
 class PrefillCuda final : public SparsePrefill::Impl {
  public:
-  PrefillCuda() = default;
+  // The planner's one-time device setup (its grid path's kernel attribute and occupancy) here,
+  // so that a plan() first called inside a graph capture makes no such call.
+  PrefillCuda() { k2q_device_prepare(); }
   PrefillCuda(const PrefillCuda&) = delete;
   PrefillCuda& operator=(const PrefillCuda&) = delete;
 

@@ -188,6 +188,8 @@ bool k2q_small_fits(const K2qDeviceGeometry& g) {
          static_cast<std::int64_t>(g.h_kv) * g.max_rows <= (std::int64_t{1} << 16);
 }
 
+void k2q_device_prepare() { (void)grid_resident(0); }
+
 bool k2q_grid_fits(K2qDeviceGeometry& g) {
   using namespace k2q;
   g.grid_tasks_per_head = 0;

@@ -152,6 +152,10 @@ struct K2qDeviceInputs {
 void build_k2q_device(const K2qDeviceGeometry& geo, const K2qDeviceInputs& in, const K2qDeviceBuffers& out,
                       cudaStream_t stream);
 
+// That one-time setup of the grid path on the current device, ahead of a capture (SparsePrefill's
+// CUDA backend calls it when it is constructed). Idempotent; build_k2q_device does it if needed.
+void k2q_device_prepare();
+
 // Synchronises `stream` and copies the meaningful part of the plan into a host K2qCsr (the
 // host builder's layout). A debugging and testing aid; never on a hot path.
 K2qCsr k2q_device_snapshot(const K2qDeviceGeometry& geo, const K2qDeviceBuffers& buffers, cudaStream_t stream);
