@@ -116,65 +116,60 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
 }
 
 // Dynamic shared memory above the default: raised only when a larger plan needs it, so that a
-// captured call never sets it. The count and scatter kernels (general path) share a grant; the
-// small path's head kernel and the grid path's kernel have their own.
-enum class SmemKernel { kUnit, kSmall, kGrid };
-void grant_smem(SmemKernel which, std::size_t bytes) {
-  // The default limit holds static and dynamic shared memory together (the head and grid
-  // kernels have some static; the count and scatter kernels have none).
-  const auto static_bytes = [](auto kernel) {
+// captured call never sets it. The count and scatter kernels (general path) share a grant, the
+// small path's head kernel has its own (the grid path's kernel gets its own in grid_resident).
+void grant_smem(bool small, std::size_t bytes) {
+  // The default limit holds static and dynamic shared memory together (the head kernel has
+  // some static; the count and scatter kernels have none).
+  static const std::size_t small_static = [] {
     cudaFuncAttributes attr{};
-    MSA_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    MSA_CUDA_CHECK(cudaFuncGetAttributes(&attr, k2q::k2q_small_head_kernel));
     return attr.sharedSizeBytes;
-  };
-  static const std::size_t small_static = static_bytes(k2q::k2q_small_head_kernel);
-  static const std::size_t grid_static =
-      std::max(static_bytes(k2q::k2q_grid_kernel<16>), static_bytes(k2q::k2q_grid_kernel<32>));
-  const std::size_t fixed = which == SmemKernel::kSmall ? small_static : which == SmemKernel::kGrid ? grid_static : 0;
-  if (bytes + fixed <= kK2qUnitSmemDefault) return;
+  }();
+  if (bytes + (small ? small_static : 0) <= kK2qUnitSmemDefault) return;
   static std::mutex mutex;
-  static std::size_t granted[3] = {kK2qUnitSmemDefault, 0, 0};  // small, grid: 48 KB less static
+  static std::size_t granted_unit = kK2qUnitSmemDefault;
+  static std::size_t granted_small = 0;  // its default is 48 KB less its static memory
   const std::lock_guard<std::mutex> lock(mutex);
-  std::size_t& done = granted[static_cast<int>(which)];
-  if (bytes <= done) return;
+  std::size_t& granted = small ? granted_small : granted_unit;
+  if (bytes <= granted) return;
   const auto set = [bytes](auto kernel) {
     MSA_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   };
-  if (which == SmemKernel::kSmall) {
+  if (small) {
     set(k2q::k2q_small_head_kernel);
-  } else if (which == SmemKernel::kGrid) {
-    set(k2q::k2q_grid_kernel<16>);
-    set(k2q::k2q_grid_kernel<32>);
   } else {
     set(k2q::k2q_count_kernel);
     set(k2q::k2q_scatter_kernel);
   }
-  done = bytes;
+  granted = bytes;
 }
 
-// Whether the current device holds `ctas` grid-path CTAs of `smem` dynamic bytes at once (a
-// cooperative launch's condition), from its occupancy at the largest grid CTA, once per device.
+// Whether the current device holds `ctas` grid-path CTAs at once (a cooperative launch's
+// condition). The first call on a device raises both grid kernels' shared memory to their
+// largest need (routing tables of kTileUnionMaxEntries) and asks the device's occupancy there.
 bool grid_resident(int ctas) {
   static std::mutex mutex;
-  static int resident[64] = {};  // per device ordinal; 0 = not yet asked
+  static int resident[64] = {};  // per device ordinal: CTAs it holds; 0 = not yet asked
   int device = 0;
   MSA_CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
   if (device < 0 || device >= 64) return false;
+  const std::lock_guard<std::mutex> lock(mutex);
   if (resident[device] == 0) {
-    int sms = 0, per_sm = 0;
-    MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const std::size_t largest = k2q::grid_smem_bytes(kTileUnionMaxEntries);
-    grant_smem(SmemKernel::kGrid, largest);
-    int per_sm_16 = 0;  // the instance holding 16 ids per query uses fewer registers
-    MSA_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k2q::k2q_grid_kernel<32>, k2q::kGridThreads, largest));
-    MSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_16, k2q::k2q_grid_kernel<16>,
-                                                                 k2q::kGridThreads, largest));
-    per_sm = std::min(per_sm, per_sm_16);
-    resident[device] = std::max(1, sms * per_sm);  // at least 1: asked
-    if (sms * per_sm == 0) resident[device] = -1;  // never
+    int sms = 0, per_sm = INT_MAX;
+    MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const auto prepare = [&](auto kernel) {
+      MSA_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(largest)));
+      int n = 0;
+      MSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, k2q::kGridThreads, largest));
+      per_sm = std::min(per_sm, n);
+    };
+    prepare(k2q::k2q_grid_kernel<16>);
+    prepare(k2q::k2q_grid_kernel<32>);
+    resident[device] = sms * per_sm > 0 ? sms * per_sm : -1;
   }
   return ctas <= resident[device];
 }
@@ -256,19 +251,19 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
           ? k2q::kMaxUnitWarps
           : static_cast<int>(std::clamp<std::size_t>(kK2qUnitSmemDefault / warp_smem, 1, k2q::kMaxUnitWarps));
   g.unit_smem_bytes = warp_smem * static_cast<std::size_t>(g.unit_warps);
+  const std::int64_t slots = g.total_q * next_pow2(topk);                   // top-k slots per head
+  const std::int64_t pairs = static_cast<std::int64_t>(h_kv) * g.max_rows;  // (head, row) pairs
   const bool small_fits = k2q_small_fits(g);
-  const bool small_chosen = small_fits && g.total_q * next_pow2(topk) <= k2q::kSmallChosenSlots &&
-                            static_cast<std::int64_t>(h_kv) * g.max_rows <= k2q::kSmallChosenPairs;
+  const bool small_chosen = small_fits && slots <= k2q::kSmallChosenSlots && pairs <= k2q::kSmallChosenPairs;
   if (small_fits)  // also where not chosen: tests may choose it
-    g.small_smem_bytes = static_cast<std::size_t>(
-        k2q::small_smem(static_cast<int>(g.max_rows), static_cast<int>(g.total_q * next_pow2(topk))).bytes);
+    g.small_smem_bytes =
+        static_cast<std::size_t>(k2q::small_smem(static_cast<int>(g.max_rows), static_cast<int>(slots)).bytes);
   // The grid path where it fits and was measured faster (docs/performance.md, step 41): up to
   // kGridChosenQueries, unless the small path is chosen and its problem is light (at most
   // kGridSmallSlots top-k slots and kGridSmallPairs (head, row) pairs), where the small path's
   // one SM per head costs less than the grid path's phases and barriers.
   const bool grid_fits = k2q_grid_fits(g);
-  const bool small_light = small_chosen && g.total_q * next_pow2(topk) <= k2q::kGridSmallSlots &&
-                           static_cast<std::int64_t>(h_kv) * g.max_rows <= k2q::kGridSmallPairs;
+  const bool small_light = small_chosen && slots <= k2q::kGridSmallSlots && pairs <= k2q::kGridSmallPairs;
   const bool grid_chosen = grid_fits && g.total_q <= k2q::kGridChosenQueries && !small_light;
   g.path = grid_chosen ? K2qPath::kGrid : small_chosen ? K2qPath::kSmall : K2qPath::kGeneral;
 
@@ -309,41 +304,26 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
   const int grid_ctas = g.h_kv * g.grid_tasks_per_head;
   if (g.path == K2qPath::kGrid && !(grid_ctas > 0 && grid_resident(grid_ctas))) {
     K2qDeviceGeometry other = g;
-    other.path = k2q_small_fits(g) && g.small_smem_bytes > 0 ? K2qPath::kSmall : K2qPath::kGeneral;
+    other.path = k2q_small_fits(g) ? K2qPath::kSmall : K2qPath::kGeneral;
     build_k2q_device(other, in, out, stream);
     return;
   }
   if (g.path == K2qPath::kGrid) {
     const BuildParams p = make_params(g, in, out);
-    TileRouteParams route{};
-    int route_entries = 0;
-    if (in.route != nullptr) {
-      route = *in.route;
-      route_entries = route.q_per_tile * route.topk;
-    }
-    const std::size_t smem = grid_smem_bytes(route_entries);
-    grant_smem(SmemKernel::kGrid, smem);
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeCooperative;
-    attr.val.cooperative = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(grid_ctas));
-    config.blockDim = dim3(kGridThreads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    const TileRouteParams route = in.route != nullptr ? *in.route : TileRouteParams{};
     const int route_on = in.route != nullptr ? 1 : 0;
+    const LaunchShape shape{dim3(static_cast<unsigned>(grid_ctas)), dim3(kGridThreads),
+                            grid_smem_bytes(route_on ? route.q_per_tile * route.topk : 0)};
     if (g.topk <= 16)
-      MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, k2q_grid_kernel<16>, p, route, route_on));
+      launch_cooperative(k2q_grid_kernel<16>, shape, stream, p, route, route_on);
     else
-      MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, k2q_grid_kernel<32>, p, route, route_on));
+      launch_cooperative(k2q_grid_kernel<32>, shape, stream, p, route, route_on);
     return;
   }
   if (g.path == K2qPath::kSmall) {
     MSA_ASSERT(k2q_small_fits(g) && g.small_smem_bytes > 0);
     const BuildParams p = make_params(g, in, out);
-    grant_smem(SmemKernel::kSmall, g.small_smem_bytes);
+    grant_smem(true, g.small_smem_bytes);
     k2q_small_head_kernel<<<static_cast<unsigned>(g.h_kv), kSmallThreads, g.small_smem_bytes, stream>>>(p);
     MSA_CUDA_CHECK(cudaGetLastError());
     const LaunchShape finish{dim3(1), dim3(kSmallThreads), static_cast<std::size_t>(g.max_rows) * sizeof(int)};
@@ -377,7 +357,7 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
       k2q_route_map_kernel<16><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas);
   }
 
-  grant_smem(SmemKernel::kUnit, g.unit_smem_bytes);
+  grant_smem(false, g.unit_smem_bytes);
   const dim3 unit_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.max_units, g.unit_warps))),
                        static_cast<unsigned>(g.h_kv));
   const unsigned unit_threads = static_cast<unsigned>(g.unit_warps * 32);

@@ -56,7 +56,6 @@ struct K2qDeviceGeometry {
   K2qPath path = K2qPath::kGeneral;
   std::size_t small_smem_bytes = 0;  // dynamic shared memory of the small path's head CTA
   int grid_tasks_per_head = 0;       // grid path: level ranges per KV head (0: does not fit)
-  std::size_t grid_smem_bytes = 0;   // grid path: dynamic shared memory of a CTA
 };
 
 // Whether the small path can plan this geometry: 1..64 requests, at most 1024 queries, 16384

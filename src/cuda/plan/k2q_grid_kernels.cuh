@@ -42,8 +42,7 @@ namespace msa::cuda::k2q {
 // Bytes of a grid CTA's dynamic shared memory: the task's arrays, or the routing warps' tables
 // when the planner routes (route_entries = q_per_tile * topk; 0: no routing), whichever is larger.
 MSA_HOST_DEVICE std::size_t grid_smem_bytes(int route_entries) {
-  const std::size_t route =
-      route_entries > 0 ? static_cast<std::size_t>(kRouteWarps) * route_warp_ints(route_entries) * 4 : 0;
+  const std::size_t route = route_entries > 0 ? route_cta_smem_bytes(route_entries) : 0;
   return route > sizeof(GridTaskSmem) ? route : sizeof(GridTaskSmem);
 }
 
@@ -161,7 +160,8 @@ __global__ void __launch_bounds__(kGridThreads, 2)
     }
   }
 
-  // A. Routing: the flags first (every task's count reads them), then their list.
+  // A. Routing: the flags first (every task's count reads them), then their list. The instance
+  // of 16 ids a lane holds any tile.
   if (route_on) {
     route_cta<16>(route, task, n_tasks, reinterpret_cast<std::int32_t*>(s_dyn));
     cg::this_grid().sync();
@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   const int n_rows = s.level_row[n_levels] - row0;  // <= kGridTaskRows (k2q_grid_fits)
 
   // B. Count: this task's edges per row, and the split counts of its share of the queries. When
-  // one round holds every query, each thread keeps its query for the placement.
+  // one round holds every query, each thread keeps its query for the placement (not its edges:
+  // the 32-id instance would spill them).
   const bool one_round = p.total_q <= kGridThreads;
   GridQuery<kK> own;
   for (int base = 0; base < p.total_q; base += kGridThreads) {

@@ -21,8 +21,6 @@ int tile_route_ctas(const TileRouteParams& p) {
   return static_cast<int>(std::min<std::int64_t>((tiles + kRouteWarps - 1) / kRouteWarps, kRouteMaxCtas));
 }
 
-std::size_t tile_route_smem_bytes(const TileRouteParams& p) {
-  return static_cast<std::size_t>(kRouteWarps * route_warp_ints(p.q_per_tile * p.topk)) * sizeof(std::int32_t);
-}
+std::size_t tile_route_smem_bytes(const TileRouteParams& p) { return route_cta_smem_bytes(p.q_per_tile * p.topk); }
 
 }  // namespace msa::cuda

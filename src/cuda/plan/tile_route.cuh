@@ -6,6 +6,7 @@
 // launch of its own.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 
@@ -34,6 +35,10 @@ __host__ __device__ constexpr int route_table_slots(int entries) {
   return slots;
 }
 __host__ __device__ constexpr int route_warp_ints(int entries) { return entries + route_table_slots(entries); }
+// A routing CTA's dynamic shared memory, in bytes.
+__host__ __device__ constexpr std::size_t route_cta_smem_bytes(int entries) {
+  return static_cast<std::size_t>(kRouteWarps) * route_warp_ints(entries) * sizeof(std::int32_t);
+}
 static_assert(kRouteWarps * route_warp_ints(kTileUnionMaxEntries) * 4 <= 48 * 1024,
               "the routing CTA's dynamic shared memory stays within the default 48 KB");
 
