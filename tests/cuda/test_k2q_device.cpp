@@ -10,10 +10,11 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <cstdint>
-#include <random>
+#include <cstdio>
+#include <cstdlib>
 #include <ostream>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -48,8 +49,9 @@ struct PlanCase {
   Mutation mutation = Mutation::kNone;
   std::int64_t extra_k_len = 0;  // max_k_len bound = real max + this (a loose bound)
   std::uint64_t seed = 1;
-  // The planner's path (K2qDeviceGeometry::path): general, small (k2q_small_kernels.cuh) or grid
-  // (k2q_grid_kernels.cuh); small_cases() and grid_cases() keep the cases that fit theirs.
+  // The planner's path (K2qDeviceGeometry::path): general, small (k2q_small_kernels.cuh), grid
+  // (k2q_grid_kernels.cuh) or fused (k2q_fused_kernels.cuh); small_cases(), grid_cases() and
+  // fused_cases() keep the cases that fit theirs.
   msa::cuda::K2qPath path = msa::cuda::K2qPath::kGeneral;
 };
 // Test names in CTest and gtest output: the case name, not the struct bytes.
@@ -215,7 +217,7 @@ struct DevicePlan {
         k_len(in.k_len),
         topk(in.topk),
         workspace(sizes.total) {
-    sizes.geo.path = c.path;  // a small or grid path case fits (small_cases(), grid_cases() check)
+    sizes.geo.path = c.path;  // a small, grid or fused path case fits (*_cases() check)
     msa::cuda::Arena arena(workspace.get());
     buffers = msa::cuda::k2q_device_layout(sizes.geo, arena);
     inputs.cu_seqlens_q = static_cast<const std::int32_t*>(cu.ptr);
@@ -378,6 +380,20 @@ std::vector<PlanCase> grid_cases() {
   return v;
 }
 
+// The cases the fused path can plan, named *_fused, planned by it.
+std::vector<PlanCase> fused_cases() {
+  std::vector<PlanCase> v;
+  for (PlanCase c : cases()) {
+    const PlanInputs in = make_inputs(c);
+    if (msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, in)).geo.fused_tasks_per_head == 0)
+      continue;
+    c.name += "_fused";
+    c.path = msa::cuda::K2qPath::kFused;
+    v.push_back(std::move(c));
+  }
+  return v;
+}
+
 // Sizing needs no device (this test runs without one), and carving spans exactly the sized bytes.
 TEST(K2qDeviceLayout, SizingMatchesCarving) {
   for (const PlanCase& c : cases()) {
@@ -443,11 +459,13 @@ TEST(K2qDeviceLayout, WorkspaceGrowsAcrossTheItemSizeSwitch) {
             msa::SparsePrefill::workspace_bytes(s, {1, 4095, 65536}, o));
 }
 
-// The path choice (sizing only, no GPU), as measured on the H100 (docs/performance.md, step 41):
-// the grid path where it fits (at most 64 requests, 4096 queries, 128 KV heads, 256 rows per
-// task) for up to 512 queries, unless the small path is chosen and light (at most 1024 top-k
-// slots and 12288 (head, row) pairs); the small path where it fits and was measured faster than
-// the general one (at most 3072 slots and 4 x 6144 pairs); the general path otherwise.
+// The path choice (sizing only, no GPU), as measured on the H100 (docs/performance.md, steps 41
+// and 42): the grid path where it fits (at most 64 requests, 4096 queries, 128 KV heads, 256 rows
+// per task) for up to 128 queries, unless the small path is chosen and light (at most 1024 top-k
+// slots and 12288 (head, row) pairs); then the fused path where it fits (at most 64 requests, 128
+// KV heads, 4096 blocks a request) for problems that are not light, up to 4096 queries; the
+// small path where it fits and was measured faster than the general one (at most 3072 slots and
+// 4 x 6144 pairs); the general path otherwise.
 TEST(K2qDeviceLayout, PathForTheProblem) {
   using msa::ProblemSize;
   using msa::cuda::K2qPath;
@@ -456,22 +474,36 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {1, 1, 16385}), K2qPath::kSmall);   // light: the small path
   EXPECT_EQ(path(4, 16, {1, 64, 65600}), K2qPath::kSmall);  // 1024 slots
   EXPECT_EQ(path(4, 16, {1, 65, 65601}), K2qPath::kGrid);   // 1040 slots
-  EXPECT_EQ(path(4, 16, {1, 171, 65707}), K2qPath::kGrid);
-  EXPECT_EQ(path(4, 16, {1, 512, 131584}), K2qPath::kGrid);  // the small path does not take it
-  EXPECT_EQ(path(4, 16, {1, 513, 131585}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {1, 128, 65664}), K2qPath::kGrid);
+  EXPECT_EQ(path(4, 16, {1, 129, 65665}), K2qPath::kFused);
+  EXPECT_EQ(path(4, 16, {1, 171, 65707}), K2qPath::kFused);  // the small path's, not light
+  EXPECT_EQ(path(4, 16, {1, 512, 131584}), K2qPath::kFused);
+  EXPECT_EQ(path(4, 16, {1, 513, 131585}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {4, 64, 65600}), K2qPath::kSmall);  // 4 x 2052 (head, row) pairs
   EXPECT_EQ(path(4, 16, {4, 64, 131088}), K2qPath::kGrid);  // 4 x 4100 pairs; 33 levels x 4 requests per task
-  EXPECT_EQ(path(4, 16, {4, 256, 65792}), K2qPath::kGrid);  // 4096 slots
-  EXPECT_EQ(path(4, 16, {4, 684, 131243}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {4, 256, 65792}), K2qPath::kFused);  // 4096 slots
+  EXPECT_EQ(path(4, 16, {4, 684, 131243}), K2qPath::kFused);
+  EXPECT_EQ(path(4, 16, {1, 2048, 133120}), K2qPath::kFused);
+  EXPECT_EQ(path(4, 16, {1, 4096, 135168}), K2qPath::kFused);
+  EXPECT_EQ(path(4, 16, {4, 8192, 67584}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {1, 2048, 524288}), K2qPath::kFused);    // 4096 blocks
+  EXPECT_EQ(path(4, 16, {1, 2048, 524289}), K2qPath::kGeneral);  // 4097 blocks
   EXPECT_EQ(path(4, 16, {16, 16, 16400}), K2qPath::kSmall);
-  EXPECT_EQ(path(4, 16, {64, 320, 4000}), K2qPath::kGrid);       // 64 requests, one level per task
-  EXPECT_EQ(path(4, 16, {64, 320, 40000}), K2qPath::kGeneral);   // 10 levels x 64 requests per task
+  EXPECT_EQ(path(4, 16, {64, 128, 4000}), K2qPath::kGrid);    // 64 requests, one level per task
+  EXPECT_EQ(path(4, 16, {64, 128, 40000}), K2qPath::kFused);  // 10 levels x 64 requests per task
+  EXPECT_EQ(path(4, 16, {64, 320, 4000}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {65, 650, 1000}), K2qPath::kGeneral);    // 65 requests
-  EXPECT_EQ(path(4, 16, {16, 512, 131072}), K2qPath::kGeneral);  // 32 levels x 16 requests per task
+  EXPECT_EQ(path(4, 16, {64, 650, 1000}), K2qPath::kFused);
+  EXPECT_EQ(path(4, 16, {16, 512, 131072}), K2qPath::kFused);
   EXPECT_EQ(path(128, 16, {1, 100, 4000}), K2qPath::kGrid);      // one task per head, 1600 slots
   EXPECT_EQ(path(129, 16, {1, 100, 4000}), K2qPath::kSmall);     // the grid path does not fit
   EXPECT_EQ(path(129, 16, {1, 193, 4000}), K2qPath::kGeneral);
+  EXPECT_EQ(path(129, 16, {1, 2048, 4000}), K2qPath::kGeneral);  // the fused path does not fit
+  EXPECT_EQ(path(128, 16, {1, 2048, 4000}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 32768, 32768}), K2qPath::kGeneral);
+  EXPECT_EQ(geo(4, 16, {1, 2048, 133120}).fused_tasks_per_head, 32);
+  EXPECT_EQ(geo(4, 16, {1, 2048, 133120}).fused_q_per_unit, 64);
+  EXPECT_EQ(geo(128, 16, {1, 2048, 4000}).fused_tasks_per_head, 1);
   EXPECT_EQ(geo(4, 16, {1, 171, 65707}).grid_tasks_per_head, 32);
   EXPECT_EQ(geo(4, 16, {1, 40, 40}).grid_tasks_per_head, 1);  // one level: one task per head
   EXPECT_EQ(geo(64, 16, {1, 171, 32000}).grid_tasks_per_head, 2);
@@ -617,6 +649,7 @@ const auto case_name = [](const ::testing::TestParamInfo<PlanCase>& param_info) 
 INSTANTIATE_TEST_SUITE_P(Cases, K2qDevice, ::testing::ValuesIn(cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Small, K2qDevice, ::testing::ValuesIn(small_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Grid, K2qDevice, ::testing::ValuesIn(grid_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Fused, K2qDevice, ::testing::ValuesIn(fused_cases()), case_name);
 
 // The backend path: SparsePrefill on CUDA plans from CPU tensors (staged to the device) and
 // from device tensors with a host bound, and plan_snapshot() equals the host builder given the
@@ -718,14 +751,25 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   add("64x4_on_64k", chunk(64, 65536, 4));
   add("16x4_on_128k", chunk(16, 131072, 4));
   add("1x16_on_16k", chunk(1, 16384, 16));
+  add("2048_on_16k", chunk(2048, 16384, 1));
+  add("2048_on_64k", chunk(2048, 65536, 1));
+  add("2048x4_on_64k", chunk(2048, 65536, 4));
+  add("512x4_on_64k", chunk(512, 65536, 4));
+  add("4096_on_128k", chunk(4096, 131072, 1));
+  add("S8k_B1_random", std::vector<Request>{{8192, 8192}});
+  add("S16k_B1_random", std::vector<Request>{{16384, 16384}});
+  // MSA_PLAN_TIMING_CASE=<name>: that case only (e.g. under a profiler).
+  const char* only = std::getenv("MSA_PLAN_TIMING_CASE");
   for (const PlanCase& c : timed) {
+    if (only != nullptr && c.name != only) continue;
     const PlanInputs in = make_inputs(c);
     using msa::cuda::K2qPath;
-    for (const K2qPath path : {K2qPath::kGeneral, K2qPath::kSmall, K2qPath::kGrid}) {
+    for (const K2qPath path : {K2qPath::kGeneral, K2qPath::kSmall, K2qPath::kGrid, K2qPath::kFused}) {
       DevicePlan dp(c, in);
       ASSERT_NE(dp.workspace.get(), nullptr);
       if (path == K2qPath::kSmall && !msa::cuda::k2q_small_fits(dp.sizes.geo)) continue;
       if (path == K2qPath::kGrid && dp.sizes.geo.grid_tasks_per_head == 0) continue;
+      if (path == K2qPath::kFused && dp.sizes.geo.fused_tasks_per_head == 0) continue;
       dp.sizes.geo.path = path;
       RouteBuffers route(c, in, dp, 8);
       dp.inputs.route = &route.params;
@@ -754,6 +798,7 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
       std::printf("%-18s %-7s total_q %7lld rows<=%7lld edges/head %9lld: median %.1f us (min %.1f)\n", c.name.c_str(),
                   path == K2qPath::kGrid    ? "grid"
                   : path == K2qPath::kSmall ? "small"
+                  : path == K2qPath::kFused ? "fused"
                                             : "general",
                   static_cast<long long>(in.total_q), static_cast<long long>(dp.sizes.geo.max_rows),
                   static_cast<long long>(dp.sizes.geo.edges_per_head), ms[ms.size() / 2] * 1e3, ms[0] * 1e3);

@@ -99,7 +99,7 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
   }
 
   // The routing as plan() runs it: inside the k2q planner (K2qDeviceInputs::route), on the
-  // general path and, where the problem fits them, on the small and grid paths.
+  // general path and, where the problem fits them, on the small, grid and fused paths.
   const auto* k_len = w.k_len.data<std::int32_t>();
   const std::int64_t max_k_len = *std::max_element(k_len, k_len + batch);
   auto sizes = msa::cuda::k2q_device_sizes(c.h_kv, c.topk, 16, msa::ProblemSize{batch, w.total_q, max_k_len});
@@ -107,10 +107,14 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
       d_klen(w.k_len.raw(), w.k_len.bytes());
   using msa::cuda::K2qPath;
   const int grid_tasks = sizes.geo.grid_tasks_per_head;
-  for (const K2qPath path : {K2qPath::kGeneral, K2qPath::kSmall, K2qPath::kGrid}) {
+  for (const K2qPath path : {K2qPath::kGeneral, K2qPath::kSmall, K2qPath::kGrid, K2qPath::kFused}) {
     if (path == K2qPath::kSmall && !msa::cuda::k2q_small_fits(sizes.geo)) continue;
     if (path == K2qPath::kGrid && grid_tasks == 0) continue;
-    SCOPED_TRACE(path == K2qPath::kGrid ? "grid path" : path == K2qPath::kSmall ? "small path" : "general path");
+    if (path == K2qPath::kFused && sizes.geo.fused_tasks_per_head == 0) continue;
+    SCOPED_TRACE(path == K2qPath::kGrid    ? "grid path"
+                 : path == K2qPath::kSmall ? "small path"
+                 : path == K2qPath::kFused ? "fused path"
+                                           : "general path");
     sizes.geo.path = path;
     const DeviceBuffer workspace(sizes.total), d_flags(static_cast<std::size_t>(tiles)),
         d_list(static_cast<std::size_t>(tiles) * 4), d_count(4);

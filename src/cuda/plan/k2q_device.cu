@@ -17,6 +17,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cub_temp.h"
 #include "cuda/common/launch.h"
+#include "cuda/plan/k2q_fused_kernels.cuh"
 #include "cuda/plan/k2q_grid_kernels.cuh"
 #include "cuda/plan/k2q_kernels.cuh"
 #include "cuda/plan/k2q_params.h"
@@ -112,6 +113,10 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   p.edges_per_head = static_cast<int>(g.edges_per_head);
   p.work_capacity = static_cast<int>(g.work_capacity);
   p.tasks_per_head = g.grid_tasks_per_head;
+  if (g.path == K2qPath::kFused) {
+    p.q_per_unit = g.fused_q_per_unit;
+    p.tasks_per_head = g.fused_tasks_per_head;
+  }
   return p;
 }
 
@@ -146,32 +151,41 @@ void grant_smem(bool small, std::size_t bytes) {
   granted = bytes;
 }
 
-// Whether the current device holds `ctas` grid-path CTAs at once (a cooperative launch's
-// condition). The first call on a device raises both grid kernels' shared memory to their
-// largest need (routing tables of kTileUnionMaxEntries) and asks the device's occupancy there.
-bool grid_resident(int ctas) {
+// CTAs of the cooperative paths the current device holds at once (a cooperative launch's
+// condition; 0: none). The first call on a device raises the grid and fused kernels' shared
+// memory to their largest need (the fused path's counters for kFusedMaxBlocks, routing tables of
+// kTileUnionMaxEntries) and asks the device's occupancy there.
+struct Resident {
+  int grid;
+  int fused;
+};
+Resident cooperative_resident() {
   static std::mutex mutex;
-  static int resident[64] = {};  // per device ordinal: CTAs it holds; 0 = not yet asked
+  static Resident resident[64] = {};  // per device ordinal; {0, 0} = not yet asked
+  static bool asked[64] = {};
   int device = 0;
   MSA_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) return false;
+  if (device < 0 || device >= 64) return Resident{0, 0};
   const std::lock_guard<std::mutex> lock(mutex);
-  if (resident[device] == 0) {
-    const std::size_t largest = k2q::grid_smem_bytes(kTileUnionMaxEntries);
-    int sms = 0, per_sm = INT_MAX;
+  if (!asked[device]) {
+    int sms = 0;
     MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const auto prepare = [&](auto kernel) {
+    const auto per_sm = [](auto kernel, int threads, std::size_t bytes) {
       MSA_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(largest)));
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
       int n = 0;
-      MSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, k2q::kGridThreads, largest));
-      per_sm = std::min(per_sm, n);
+      MSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, bytes));
+      return n;
     };
-    prepare(k2q::k2q_grid_kernel<16>);
-    prepare(k2q::k2q_grid_kernel<32>);
-    resident[device] = sms * per_sm > 0 ? sms * per_sm : -1;
+    const std::size_t grid_bytes = k2q::grid_smem_bytes(kTileUnionMaxEntries);
+    const int grid = std::min(per_sm(k2q::k2q_grid_kernel<16>, k2q::kGridThreads, grid_bytes),
+                              per_sm(k2q::k2q_grid_kernel<32>, k2q::kGridThreads, grid_bytes));
+    const int fused = per_sm(k2q::k2q_fused_kernel, k2q::kFusedThreads,
+                             k2q::fused_smem(k2q::kFusedMaxBlocks, kTileUnionMaxEntries).bytes);
+    resident[device] = Resident{sms * grid, sms * fused};
+    asked[device] = true;
   }
-  return ctas <= resident[device];
+  return resident[device];
 }
 
 }  // namespace
@@ -183,7 +197,7 @@ bool k2q_small_fits(const K2qDeviceGeometry& g) {
          static_cast<std::int64_t>(g.h_kv) * g.max_rows <= (std::int64_t{1} << 16);
 }
 
-void k2q_device_prepare() { (void)grid_resident(0); }
+void k2q_device_prepare() { (void)cooperative_resident(); }
 
 bool k2q_grid_fits(K2qDeviceGeometry& g) {
   using namespace k2q;
@@ -196,6 +210,19 @@ bool k2q_grid_fits(K2qDeviceGeometry& g) {
   const std::int64_t per_head = std::max<std::int64_t>(1, std::min<std::int64_t>(kGridMaxTasks / g.h_kv, g.max_blocks));
   if (ceil_div(g.max_blocks, per_head) * g.batch > kGridTaskRows) return false;
   g.grid_tasks_per_head = static_cast<int>(per_head);
+  return true;
+}
+
+bool k2q_fused_fits(K2qDeviceGeometry& g) {
+  using namespace k2q;
+  g.fused_tasks_per_head = 0;
+  g.fused_q_per_unit = 0;
+  if (g.batch < 1 || g.batch > kFusedMaxBatch || g.h_kv > kGridMaxTasks || g.max_blocks > kFusedMaxBlocks) return false;
+  // A row range and about one unit of queries per CTA of kGridMaxTasks (k2q_device_sizes makes
+  // the units no smaller than the general path's).
+  const std::int64_t per_head = std::max(1, kGridMaxTasks / g.h_kv);
+  g.fused_tasks_per_head = static_cast<int>(per_head);
+  g.fused_q_per_unit = static_cast<int>(std::max<std::int64_t>(1, ceil_div(g.total_q, per_head)));
   return true;
 }
 
@@ -240,6 +267,9 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
     q_unit /= 2;
   g.q_per_unit = static_cast<int>(q_unit);
   g.max_units = units_of(q_unit);
+  // The fused path's units share unit_counts (row stride max_units): never more of them.
+  const bool fused_fits = k2q_fused_fits(g);
+  if (fused_fits) g.fused_q_per_unit = std::max(g.fused_q_per_unit, g.q_per_unit);
   MSA_REQUIRE(g.max_units <= kInt32Max, "batch", std::to_string(problem.batch), "too many requests");
   const std::size_t warp_smem = static_cast<std::size_t>(g.max_blocks) * sizeof(std::int32_t);
   MSA_REQUIRE(warp_smem <= kUnitSmemMax, "max_k_len", std::to_string(problem.max_k_len),
@@ -258,14 +288,19 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
   if (small_fits)  // also where not chosen: tests may choose it
     g.small_smem_bytes =
         static_cast<std::size_t>(k2q::small_smem(static_cast<int>(g.max_rows), static_cast<int>(slots)).bytes);
-  // The grid path where it fits and was measured faster (docs/performance.md, step 41): up to
-  // kGridChosenQueries, unless the small path is chosen and its problem is light (at most
+  // The grid path where it fits and was measured faster (docs/performance.md, steps 41 and 42):
+  // up to kGridChosenQueries, unless the small path is chosen and its problem is light (at most
   // kGridSmallSlots top-k slots and kGridSmallPairs (head, row) pairs), where the small path's
-  // one SM per head costs less than the grid path's phases and barriers.
+  // one SM per head costs less than the grid path's phases and barriers. Then the fused path,
+  // where it fits, on problems that are not light, up to kFusedChosenQueries.
   const bool grid_fits = k2q_grid_fits(g);
   const bool small_light = small_chosen && slots <= k2q::kGridSmallSlots && pairs <= k2q::kGridSmallPairs;
   const bool grid_chosen = grid_fits && g.total_q <= k2q::kGridChosenQueries && !small_light;
-  g.path = grid_chosen ? K2qPath::kGrid : small_chosen ? K2qPath::kSmall : K2qPath::kGeneral;
+  const bool fused_chosen = fused_fits && !grid_chosen && !small_light && g.total_q <= k2q::kFusedChosenQueries;
+  g.path = grid_chosen    ? K2qPath::kGrid
+           : fused_chosen ? K2qPath::kFused
+           : small_chosen ? K2qPath::kSmall
+                          : K2qPath::kGeneral;
 
   Arena sizing;
   k2q_device_layout(g, sizing);
@@ -302,7 +337,7 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
   // Where the device cannot hold the grid path's CTAs together: the small path if it fits, else
   // the general one (the workspace layout is the same for all three).
   const int grid_ctas = g.h_kv * g.grid_tasks_per_head;
-  if (g.path == K2qPath::kGrid && !(grid_ctas > 0 && grid_resident(grid_ctas))) {
+  if (g.path == K2qPath::kGrid && !(grid_ctas > 0 && grid_ctas <= cooperative_resident().grid)) {
     K2qDeviceGeometry other = g;
     other.path = k2q_small_fits(g) ? K2qPath::kSmall : K2qPath::kGeneral;
     build_k2q_device(other, in, out, stream);
@@ -318,6 +353,24 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
       launch_cooperative(k2q_grid_kernel<16>, shape, stream, p, route, route_on);
     else
       launch_cooperative(k2q_grid_kernel<32>, shape, stream, p, route, route_on);
+    return;
+  }
+  if (g.path == K2qPath::kFused) {
+    // As many CTAs as it has row tasks, or as the device holds at once; the general path where it
+    // holds none.
+    const int ctas = std::min(g.h_kv * g.fused_tasks_per_head, cooperative_resident().fused);
+    if (ctas <= 0) {
+      K2qDeviceGeometry other = g;
+      other.path = K2qPath::kGeneral;
+      build_k2q_device(other, in, out, stream);
+      return;
+    }
+    const BuildParams p = make_params(g, in, out);
+    const TileRouteParams route = in.route != nullptr ? *in.route : TileRouteParams{};
+    const int route_on = in.route != nullptr ? 1 : 0;
+    const LaunchShape shape{dim3(static_cast<unsigned>(ctas)), dim3(kFusedThreads),
+                            fused_smem(g.max_blocks, route_on ? route.q_per_tile * route.topk : 0).bytes};
+    launch_cooperative(k2q_fused_kernel, shape, stream, p, route, route_on);
     return;
   }
   if (g.path == K2qPath::kSmall) {

@@ -10,7 +10,8 @@
 //
 // Files: k2q_device.cu (geometry, layout, launch), k2q_kernels.cuh (the general path's
 // kernels), k2q_small_kernels.cuh (the small path's), k2q_grid_kernels.cuh (the grid path's),
-// k2q_params.h (what the kernels read), k2q_snapshot.cpp (the host copy).
+// k2q_fused_kernels.cuh (the fused path's), k2q_params.h (what the kernels read),
+// k2q_snapshot.cpp (the host copy).
 #pragma once
 
 #include <cstddef>
@@ -24,8 +25,8 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace msa::cuda {
 
-// The device planner's three ways to build the same plan (K2qDeviceGeometry::path).
-enum class K2qPath { kGeneral, kSmall, kGrid };
+// The device planner's four ways to build the same plan (K2qDeviceGeometry::path).
+enum class K2qPath { kGeneral, kSmall, kGrid, kFused };
 
 // Host-known geometry of one device plan. All counts are elements.
 struct K2qDeviceGeometry {
@@ -48,6 +49,8 @@ struct K2qDeviceGeometry {
   int unit_warps = 0;               // warps per CTA of the count/scatter kernels
   std::size_t unit_smem_bytes = 0;  // dynamic shared memory of those CTAs
   // Which kernels build the plan (same output byte for byte; tests set any path that fits):
+  // - kFused (k2q_fused_kernels.cuh): the general path's passes in one cooperative launch, where
+  //   it fits (k2q_fused_fits) and was measured faster;
   // - kGrid (k2q_grid_kernels.cuh): one cooperative launch of h_kv * grid_tasks_per_head CTAs,
   //   where it fits (k2q_grid_fits) and was measured faster;
   // - kSmall (k2q_small_kernels.cuh): two launches, one CTA per KV head and one to finish, where
@@ -56,6 +59,8 @@ struct K2qDeviceGeometry {
   K2qPath path = K2qPath::kGeneral;
   std::size_t small_smem_bytes = 0;  // dynamic shared memory of the small path's head CTA
   int grid_tasks_per_head = 0;       // grid path: level ranges per KV head (0: does not fit)
+  int fused_tasks_per_head = 0;      // fused path: row ranges per KV head (0: does not fit)
+  int fused_q_per_unit = 0;          // fused path: queries per unit task (max_units covers its units)
 };
 
 // Whether the small path can plan this geometry: 1..64 requests, at most 1024 queries, 16384
@@ -68,6 +73,11 @@ bool k2q_small_fits(const K2qDeviceGeometry& geo);
 // At launch it also needs its CTAs resident together (two per SM); where the device cannot
 // hold them, build_k2q_device takes the small or the general path instead.
 bool k2q_grid_fits(K2qDeviceGeometry& geo);
+
+// Whether the fused path can plan this geometry: 1..64 requests, h_kv <= 128, and requests of at
+// most 4096 blocks (k2q_params.h, kFused*). Sets fused_tasks_per_head and fused_q_per_unit. It
+// runs on as many CTAs as the device holds at once (any number is correct).
+bool k2q_fused_fits(K2qDeviceGeometry& geo);
 
 // Dynamic shared memory the count/scatter kernels get without an opt-in attribute; plans above
 // it raise the attribute (see build_k2q_device).
@@ -146,12 +156,12 @@ struct K2qDeviceInputs {
 // Plans whose unit_smem_bytes or small_smem_bytes exceed kK2qUnitSmemDefault (max_k_len > 1.5M
 // tokens; on the small path, above 48 KB with the head kernel's static shared memory) raise a
 // kernel attribute the first time a size is seen (process-wide, current device), and the grid
-// path raises its kernel's to its largest need and asks the device's occupancy the first time
-// it is taken on a device; make those first calls outside a capture.
+// and fused paths raise their kernels' to their largest need and ask the device's occupancy the
+// first time one is taken on a device; make those first calls outside a capture.
 void build_k2q_device(const K2qDeviceGeometry& geo, const K2qDeviceInputs& in, const K2qDeviceBuffers& out,
                       cudaStream_t stream);
 
-// That one-time setup of the grid path on the current device, ahead of a capture (SparsePrefill's
+// That one-time setup of the grid and fused paths on the current device, ahead of a capture (SparsePrefill's
 // CUDA backend calls it when it is constructed). Idempotent; build_k2q_device does it if needed.
 void k2q_device_prepare();
 

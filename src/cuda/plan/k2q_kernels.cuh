@@ -193,8 +193,9 @@ struct PassLane {
 
 // Whether (query q, KV head h) is routed to the tile-union kernel (PrefillPath::kAuto).
 __device__ __forceinline__ bool routed_row(const BuildParams& p, int h, int q) {
+  // At L2: the grid and fused paths read flags other CTAs of the same launch wrote.
   return p.union_tile != nullptr &&
-         p.union_tile[static_cast<std::int64_t>(h) * p.route_per_head + q / p.route_q_per_tile] != 0;
+         __ldcg(p.union_tile + static_cast<std::int64_t>(h) * p.route_per_head + q / p.route_q_per_tile) != 0;
 }
 
 // This lane's raw id of the pass starting at query q0 (-1 outside the unit or the row, and

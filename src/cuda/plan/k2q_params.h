@@ -83,13 +83,30 @@ inline constexpr int kGridMaxTasks = 128;  // CTAs: two per SM fit on every Hopp
 inline constexpr int kGridMaxBatch = 64;   // a level's requests are the bits of one 64-bit word
 inline constexpr int kGridMaxQueries = 4096;
 inline constexpr int kGridMaxTopk = 32;
-// Where k2q_device_sizes picks the grid path (H100, graph replays, docs/performance.md step 41):
-// it planned 64-512 queries in 27-45 us where the small path took 19-67 and the general path
-// 40-46, but a single request of 1-64 queries took 17-27 us against the small path's 14-19, and
-// 684 queries and more took 58 us and up against the general path's 47-50.
-inline constexpr int kGridChosenQueries = 512;
+// Where k2q_device_sizes picks the grid path (H100, graph replays, docs/performance.md steps 41
+// and 42): it planned 64-512 queries in 27-45 us where the small path took 19-67 and the general
+// path 40-46, but a single request of 1-64 queries took 17-27 us against the small path's 14-19;
+// from 171 queries the fused path costs less (27.5 against 28.7 us at 171, 32 against 44 at 512).
+inline constexpr int kGridChosenQueries = 128;
 inline constexpr int kGridSmallSlots = 1024;   // small path chosen and at most this many slots ...
 inline constexpr int kGridSmallPairs = 12288;  // ... and (head, row) pairs: the small path stays
+
+// The fused path (k2q_fused_kernels.cuh): the general path's passes in one cooperative launch of
+// kFusedThreads-thread CTAs, separated by grid barriers. A unit task's warps each keep a counter
+// per block of the request in shared memory (kFusedWarps x max_blocks ints, so max_blocks is
+// bounded), and its row tasks' totals go to task_totals (at most kGridMaxTasks of them).
+inline constexpr int kFusedThreads = 256;
+inline constexpr int kFusedWarps = kFusedThreads / 32;
+inline constexpr int kFusedMaxBatch = 64;     // requests: two per lane of one warp's scans
+inline constexpr int kFusedMaxBlocks = 4096;  // 512k tokens: 128 KB of counters
+inline constexpr int kFusedPrefixBatch = 32;  // a row's unit counts loaded together (phase 2)
+// Where k2q_device_sizes picks the fused path (step 42): where the grid path is not chosen and
+// the small path's problem is not light, up to this many queries. It planned 171-4096 queries
+// on 16k-128k prefixes in 27-55 us where the general path took 41-57; at 8192 queries (its 8
+// warps per SM walking 32 queries each) it took 72-84 us against 62-67.
+inline constexpr int kFusedChosenQueries = 4096;
+static_assert(kFusedMaxBatch <= 64, "the unit scan holds two requests per lane");
+static_assert(kFusedMaxBlocks < (1 << 20), "a row's block fits 20 bits of its coordinate word");
 
 // A grid task's dynamic shared memory (it shares the bytes with the routing warps' tables).
 struct GridTaskSmem {
@@ -155,7 +172,8 @@ struct BuildParams {
   int unit_warps;
   int edges_per_head;
   int work_capacity;
-  int tasks_per_head;  // grid path: level ranges per KV head (h_kv * tasks_per_head CTAs)
+  int tasks_per_head;  // grid path: level ranges per KV head (h_kv * tasks_per_head CTAs);
+                       // fused path: row ranges per KV head (h_kv * tasks_per_head row tasks)
 };
 
 }  // namespace msa::cuda::k2q

@@ -1,0 +1,456 @@
+// The device k2q planner's fused path: the general path's passes in one cooperative launch, for
+// chunks of hundreds to thousands of queries (k2q_fused_fits; k2q_device_sizes decides where
+// it is taken). The general path pays eight launches, and the grid path has every CTA read
+// every query of its head, which costs more than those launches from about 700 queries
+// (docs/performance.md, step 41). Here each query is read by one CTA (twice: to count and to
+// place), and grid-wide barriers (cooperative_groups) stand where the general path's kernel
+// boundaries stood.
+//
+// Work is handed out in virtual tasks (task t runs on CTA t % gridDim.x, in turn), so any grid
+// size is correct; the launch asks for h_kv * tasks_per_head CTAs, or fewer where the device
+// holds fewer at once. Two kinds of task:
+//   - a unit task (KV head h, unit u): u is <= q_per_unit consecutive queries of one request,
+//     split among the CTA's warps in contiguous sub-ranges (a warp's counters per block in
+//     shared memory, as a count warp of the general path);
+//   - a row task (KV head h, range r of the head's rows): ceil(total_rows / tasks_per_head)
+//     consecutive rows of the level-major row order.
+// Phases (| = grid barrier):
+//   0. row map (row_coords, a thread per level) and, when the planner routes, the routing
+//      (route_cta's warps) | (only when routing: the count reads the flags)
+//   1. count: per unit task, its counts per block (the sum of its warps') into unit_counts,
+//      and split_counts |
+//   2. per row task: each row's exclusive prefix along its request's units (in place) and the
+//      row's (edges, items); the task's total into task_totals |
+//   3. per row task: the prefix of the task totals before it (this head's edges, every head's
+//      items), then row_ptr and the work items of its rows; the -1 padding of row_ptr, the
+//      counts, and (one CTA) the routed tiles' list |
+//   4. scatter: per unit task, the warps count again, and each warp's cursor per block is
+//      row_ptr + the unit's prefix + the warps' before it; each warp places its queries in
+//      order (the general path's scatter), writing qsplit and q_indices; then the -1 tail.
+// Every row is q-ascending, as the host's sequential writer leaves it, so the plan is the same
+// byte for byte as the other paths'.
+//
+// Every CTA keeps the first row of each level in shared memory, so rows and their (request,
+// level) are computed, not loaded. A CTA with at most one unit task keeps its warps' counters
+// from the count to the scatter, and one with at most one row task keeps its rows' totals
+// (one row per thread) from phase 2 to phase 3. What one CTA wrote and another reads after a
+// barrier is loaded with __ldcg (at L2, never a line the reader's L1 kept from an earlier phase).
+//
+// Included by k2q_device.cu only. Uses k2q_kernels.cuh (request_queries, request_blocks,
+// analyse_pass, load_pass_id, routed_row, row totals).
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <cstdint>
+#include <cub/block/block_scan.cuh>
+
+#include "core/plan_encoding.h"
+#include "core/tile_route.h"
+#include "cuda/plan/k2q_kernels.cuh"
+#include "cuda/plan/k2q_params.h"
+#include "cuda/plan/tile_keys.cuh"
+#include "cuda/plan/tile_route.cuh"
+
+namespace msa::cuda::k2q {
+
+// A fused CTA's dynamic shared memory: kFusedWarps counters per block of the longest request, or
+// the routing warps' tables when the planner routes (route_entries = q_per_tile * topk; 0: no
+// routing), whichever is larger; then the first row of each level [max_blocks + 1] int.
+struct FusedSmem {
+  std::size_t level_off;  // bytes
+  std::size_t bytes;
+};
+MSA_HOST_DEVICE FusedSmem fused_smem(std::int64_t max_blocks, int route_entries) {
+  const std::size_t counters = static_cast<std::size_t>(kFusedWarps) * static_cast<std::size_t>(max_blocks) * 4;
+  const std::size_t route = route_entries > 0 ? route_cta_smem_bytes(route_entries) : 0;
+  const std::size_t first = ((route > counters ? route : counters) + 15) / 16 * 16;
+  return FusedSmem{first, first + 4 * static_cast<std::size_t>(max_blocks + 1)};
+}
+
+// The row of (request b, level l < rows_b): the level's first row, then request-minor.
+__device__ __forceinline__ int fused_row_of(const int* s_level_start, const int* s_rows, int b, int l) {
+  int row = s_level_start[l];
+  for (int c = 0; c < b; ++c) row += s_rows[c] > l ? 1 : 0;
+  return row;
+}
+
+// The (request, level) of row `row` < total_rows, as b << 20 | level: its level is the last one
+// starting at or before it (levels with rows start strictly later than the one before), its
+// request the n-th of that level's.
+__device__ __forceinline__ int fused_coord_of(const int* s_level_start, const int* s_rows, int batch, int max_blocks,
+                                              int row) {
+  const int l = last_at_most(s_level_start, max_blocks, row);
+  int nth = row - s_level_start[l];
+  int b = 0;
+  for (; b < batch; ++b) {
+    if (s_rows[b] <= l) continue;
+    if (nth == 0) break;
+    --nth;
+  }
+  return (b << 20) | l;
+}
+
+// A unit's queries, and the sub-range of them one warp takes.
+struct FusedUnit {
+  int b;          // request
+  int q_request;  // its first packed query (q_local = q - q_request)
+  int q_begin;    // the warp's queries [q_begin, q_end)
+  int q_end;
+  int blocks;  // rows_b
+};
+
+// Unit u (< s_unit_start[batch]) and warp `warp`'s share of it: sub-ranges of whole passes,
+// in query order across the warps (the scatter's cursors rely on that order).
+__device__ __forceinline__ FusedUnit fused_unit(const BuildParams& p, const int* s_unit_start, const int* s_begin,
+                                                const int* s_end, const int* s_rows, int u, int warp) {
+  const int b = last_at_most(s_unit_start, p.batch, u);
+  const int q0 = s_begin[b] + (u - s_unit_start[b]) * p.q_per_unit;
+  const int q1 = min(q0 + p.q_per_unit, s_end[b]);
+  const int per_pass = 32 >> p.log_topk_pow2;
+  const int passes = (q1 - q0 + per_pass - 1) / per_pass;
+  const int warp_passes = (passes + kFusedWarps - 1) / kFusedWarps;
+  FusedUnit un;
+  un.b = b;
+  un.q_request = s_begin[b];
+  un.q_begin = min(q0 + warp * warp_passes * per_pass, q1);
+  un.q_end = min(un.q_begin + warp_passes * per_pass, q1);
+  un.blocks = s_rows[b];
+  return un;
+}
+
+// One warp's counts per block of its sub-range into s_hist [blocks] (zeroed here); kSplit:
+// also its queries' split counts. Warp-collective.
+template <bool kSplit>
+__device__ __forceinline__ void fused_count_warp(const BuildParams& p, int h, const FusedUnit& un, int* s_hist,
+                                                 int lane) {
+  for (int l = lane; l < un.blocks; l += 32) s_hist[l] = 0;
+  __syncwarp();
+  const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
+  const int q_per_pass = 32 >> p.log_topk_pow2;
+  for (int q_batch = un.q_begin; q_batch < un.q_end; q_batch += kPassBatch * q_per_pass) {
+    int ids[kPassBatch];
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k)
+      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, un.q_end, lane);
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k) {
+      const int q0 = q_batch + k * q_per_pass;
+      if (q0 >= un.q_end) break;  // warp-uniform
+      const PassLane e = analyse_pass<false>(p, ids[k], q0, un.q_end, un.blocks, lane);
+      if (e.keep) atomicAdd(&s_hist[e.id], 1);
+      if (kSplit && e.seg_head)
+        p.split_counts[static_cast<std::int64_t>(e.q) * p.h_kv + h] = routed_row(p, h, e.q) ? 1 : e.count;
+    }
+  }
+  __syncwarp();  // shared-memory atomics visible to every lane
+}
+
+// The rows [row0, row1) of row task r of a head, of total_rows rows.
+struct FusedRows {
+  int row0;
+  int row1;
+};
+__device__ __forceinline__ FusedRows fused_rows(int total_rows, int per_head, int r) {
+  const int per_task = (total_rows + per_head - 1) / per_head;
+  const int row0 = min(r * per_task, total_rows);
+  return FusedRows{row0, min(row0 + per_task, total_rows)};
+}
+
+__global__ void __launch_bounds__(kFusedThreads, 1)
+    k2q_fused_kernel(const BuildParams p, const TileRouteParams route, int route_on) {
+  namespace cg = cooperative_groups;
+  using PairScan = cub::BlockScan<K2qRowTotal, kFusedThreads>;
+  using IntScan = cub::BlockScan<int, kFusedThreads>;
+  __shared__ union {
+    PairScan::TempStorage pair;
+    IntScan::TempStorage single;
+  } scan_tmp;
+  __shared__ int s_begin[kFusedMaxBatch], s_end[kFusedMaxBatch], s_rows[kFusedMaxBatch];
+  __shared__ int s_unit_start[kFusedMaxBatch + 1];
+  __shared__ int s_total_rows;
+  __shared__ unsigned long long s_sums[4];  // phase 3: edge base, head edges, item base, items
+  // Phase 3, one chunk of kFusedThreads rows at a time: each row's first edge, edges, first
+  // item (chunk-local) and (b << 20 | block).
+  __shared__ int s_row_begin[kFusedThreads], s_row_edges[kFusedThreads], s_row_item[kFusedThreads],
+      s_row_coord[kFusedThreads];
+  extern __shared__ __align__(16) unsigned char s_dyn[];
+  int* s_count = reinterpret_cast<int*>(s_dyn);  // [kFusedWarps, max_blocks]
+  const FusedSmem smem = fused_smem(p.max_blocks, route_on ? route.q_per_tile * route.topk : 0);
+  int* s_level_start = reinterpret_cast<int*>(s_dyn + smem.level_off);  // [max_blocks + 1]
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int ctas = static_cast<int>(gridDim.x);
+  const int cta = static_cast<int>(blockIdx.x);
+  const int per_head = p.tasks_per_head;
+  const int row_tasks = p.h_kv * per_head;  // <= kGridMaxTasks (k2q_fused_fits)
+
+  // Requests, in every CTA: query ranges, blocks, and the exclusive prefix of their units
+  // (clamped to max_units, as the general path's row map does).
+  if (tid < p.batch) {
+    const QueryRange qr = request_queries(p, tid);
+    s_begin[tid] = qr.begin;
+    s_end[tid] = qr.end;
+    s_rows[tid] = request_blocks(p, tid);
+  }
+  __syncthreads();
+  if (warp == 0) {
+    // Lane i holds requests i and i + 32 (batch <= 64).
+    int units[2], rows = 0;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int b = lane + 32 * k;
+      units[k] = b < p.batch ? (s_end[b] - s_begin[b] + p.q_per_unit - 1) / p.q_per_unit : 0;
+      rows += b < p.batch ? s_rows[b] : 0;
+    }
+    int carry = 0;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      int inc = units[k];
+      for (int off = 1; off < 32; off <<= 1) {
+        const int v = __shfl_up_sync(kFullMask, inc, off);
+        if (lane >= off) inc += v;
+      }
+      const int b = lane + 32 * k;
+      if (b < p.batch) s_unit_start[b] = min(carry + inc - units[k], p.max_units);
+      carry += __shfl_sync(kFullMask, inc, 31);
+    }
+    for (int off = 16; off > 0; off >>= 1) rows += __shfl_xor_sync(kFullMask, rows, off);
+    if (lane == 0) {
+      s_unit_start[p.batch] = min(carry, p.max_units);
+      s_total_rows = rows;
+    }
+  }
+  // Rows of level l start at sum_b min(rows_b, l) (every CTA, in shared memory).
+  for (int l = tid; l <= p.max_blocks; l += kFusedThreads) {
+    int row = 0;
+    for (int b = 0; b < p.batch; ++b) row += min(s_rows[b], l);
+    s_level_start[l] = row;
+  }
+  __syncthreads();
+  const int total_rows = s_total_rows;
+  const int units = s_unit_start[p.batch];
+  const std::int64_t stride = static_cast<std::int64_t>(p.max_rows) + 1;
+  const bool keep_counts = p.h_kv * units <= ctas;  // the scatter's unit task is the count's
+  // Phase 3's row task is phase 2's, and its rows are one chunk (a row per thread).
+  const bool keep_totals = row_tasks <= ctas && (total_rows + per_head - 1) / per_head <= kFusedThreads;
+
+  // 0. Row map: a thread per level, its rows request-minor.
+  for (int l = cta * kFusedThreads + tid; l < p.max_blocks; l += ctas * kFusedThreads) {
+    int row = s_level_start[l];
+    for (int b = 0; b < p.batch; ++b) {
+      if (s_rows[b] <= l) continue;
+      p.row_coords[2 * static_cast<std::int64_t>(row)] = b;
+      p.row_coords[2 * static_cast<std::int64_t>(row) + 1] = l;
+      ++row;
+    }
+  }
+  if (route_on) {  // the flags before any count reads them; their list in phase 3
+    route_cta<16>(route, cta, ctas, reinterpret_cast<std::int32_t*>(s_dyn));
+    cg::this_grid().sync();
+  }
+  __syncthreads();  // the routing tables are free
+
+  // 1. Count: each unit's edges per block, the sum of its warps' counters.
+  int* s_hist = s_count + static_cast<std::int64_t>(warp) * p.max_blocks;
+  for (int t = cta; t < p.h_kv * units; t += ctas) {
+    const int h = t / units, u = t - h * units;
+    const FusedUnit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
+    fused_count_warp<true>(p, h, un, s_hist, lane);
+    __syncthreads();
+    std::int32_t* g_counts = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
+    for (int l = tid; l < un.blocks; l += kFusedThreads) {
+      int sum = 0;
+#pragma unroll
+      for (int w = 0; w < kFusedWarps; ++w) sum += s_count[w * p.max_blocks + l];
+      g_counts[l] = sum;
+    }
+    __syncthreads();  // the counters are reused
+  }
+  cg::this_grid().sync();
+
+  // 2. Per row: the exclusive prefix of its counts along its request's units, and its (edges,
+  // items); per row task: the total.
+  const int qpi = p.q_per_item;
+  K2qRowTotal kept_total = 0;  // keep_totals: this thread's row of the CTA's row task
+  for (int t = cta; t < row_tasks; t += ctas) {
+    const int h = t / per_head, r = t - h * per_head;
+    const FusedRows rows = fused_rows(total_rows, per_head, r);
+    K2qRowTotal mine = 0;
+    for (int row = rows.row0 + tid; row < rows.row1; row += kFusedThreads) {
+      const int coord = fused_coord_of(s_level_start, s_rows, p.batch, p.max_blocks, row);
+      const int b = coord >> 20, l = coord & 0xfffff;
+      const int u0 = s_unit_start[b], u1 = s_unit_start[b + 1];
+      std::int32_t* g_col = p.unit_counts + static_cast<std::int64_t>(h) * p.max_units * p.max_blocks + l;
+      int run = 0;
+      for (int u = u0; u < u1; u += kFusedPrefixBatch) {  // usually one batch: one round trip
+        int v[kFusedPrefixBatch];
+#pragma unroll
+        for (int k = 0; k < kFusedPrefixBatch; ++k)
+          v[k] = u + k < u1 ? __ldcg(g_col + static_cast<std::int64_t>(u + k) * p.max_blocks) : 0;
+#pragma unroll
+        for (int k = 0; k < kFusedPrefixBatch; ++k) {
+          if (u + k < u1) g_col[static_cast<std::int64_t>(u + k) * p.max_blocks] = run;
+          run += v[k];
+        }
+      }
+      const unsigned edges = static_cast<unsigned>(run);
+      const K2qRowTotal total =
+          row_total(edges, (edges + static_cast<unsigned>(qpi) - 1u) / static_cast<unsigned>(qpi));
+      if (!keep_totals) p.row_totals[h * stride + row] = total;
+      kept_total = total;
+      mine += total;
+    }
+    K2qRowTotal ex = 0, agg = 0;
+    PairScan(scan_tmp.pair).ExclusiveSum(mine, ex, agg);
+    if (tid == 0) p.task_totals[t] = agg;
+    __syncthreads();  // scan_tmp is reused
+  }
+  cg::this_grid().sync();
+
+  // 3. Per row task: row_ptr and the work items of its rows, kFusedThreads rows at a time.
+  for (int t = cta; t < row_tasks; t += ctas) {
+    const int h = t / per_head, r = t - h * per_head;
+    const FusedRows rows = fused_rows(total_rows, per_head, r);
+    // This thread's first row's total, loaded before the task totals are summed.
+    K2qRowTotal first_total = 0;
+    if (rows.row0 + tid < rows.row1)
+      first_total = keep_totals ? kept_total : __ldcg(p.row_totals + h * stride + rows.row0 + tid);
+    if (warp == 0) {  // the tasks before this one: edges of this head's, items of all
+      unsigned long long sums[4] = {0, 0, 0, 0};
+      const int head0 = h * per_head;
+      for (int i = lane; i < row_tasks; i += 32) {
+        const K2qRowTotal v = __ldcg(p.task_totals + i);
+        const bool same = i >= head0 && i < head0 + per_head;
+        sums[0] += same && i < t ? total_edges(v) : 0u;
+        sums[1] += same ? total_edges(v) : 0u;
+        sums[2] += i < t ? total_items(v) : 0u;
+        sums[3] += total_items(v);
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        for (int off = 16; off > 0; off >>= 1) sums[k] += __shfl_xor_sync(kFullMask, sums[k], off);
+      if (lane == 0)
+        for (int k = 0; k < 4; ++k) s_sums[k] = sums[k];
+    }
+    __syncthreads();
+    const int head_edges = static_cast<int>(s_sums[1]);
+    std::int32_t* g_row_ptr = p.row_ptr + h * stride;
+    int edge_carry = static_cast<int>(s_sums[0]);
+    long long item_carry = static_cast<long long>(s_sums[2]);
+    for (int base = rows.row0; base < rows.row1; base += kFusedThreads) {
+      const int row = base + tid;
+      const int n = min(kFusedThreads, rows.row1 - base);
+      const K2qRowTotal mine = row >= rows.row1    ? 0
+                               : base == rows.row0 ? first_total
+                                                   : __ldcg(p.row_totals + h * stride + row);
+      K2qRowTotal ex = 0, agg = 0;
+      PairScan(scan_tmp.pair).ExclusiveSum(mine, ex, agg);
+      if (row < rows.row1) {
+        const int begin = edge_carry + static_cast<int>(total_edges(ex));
+        g_row_ptr[row] = begin;
+        s_row_begin[tid] = begin;
+        s_row_edges[tid] = static_cast<int>(total_edges(mine));
+        s_row_item[tid] = static_cast<int>(total_items(ex));
+        s_row_coord[tid] = fused_coord_of(s_level_start, s_rows, p.batch, p.max_blocks, row);
+      }
+      __syncthreads();
+      const int chunk_items = static_cast<int>(total_items(agg));
+      for (int k = tid; k < chunk_items; k += kFusedThreads) {
+        const int i = last_at_most(s_row_item, n, k);
+        const int first = (k - s_row_item[i]) * qpi;
+        const long long w = item_carry + k;
+        const int coord = s_row_coord[i];
+        if (w < p.work_capacity)
+          p.work[w] = WorkItem{h,           base + i,       s_row_begin[i] + first, min(qpi, s_row_edges[i] - first),
+                               coord >> 20, coord & 0xfffff};
+      }
+      edge_carry += static_cast<int>(total_edges(agg));
+      item_carry += chunk_items;
+      __syncthreads();  // scan_tmp and the chunk's arrays are reused
+    }
+    if (r == per_head - 1)  // past the head's last row, row_ptr holds its edge total
+      for (int row = total_rows + tid; row <= p.max_rows; row += kFusedThreads) g_row_ptr[row] = head_edges;
+    if (t == 0 && tid == 0) {
+      *p.total_rows = total_rows;
+      *p.work_count = static_cast<int>(min(s_sums[3], static_cast<unsigned long long>(p.work_capacity)));
+    }
+    __syncthreads();  // s_sums is reused
+  }
+  if (route_on && cta == ctas - 1)
+    compact_route_list<kFusedThreads, 8>(route.union_tile,
+                                         static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile)), p.h_kv,
+                                         p.union_list, p.union_count, scan_tmp.single);
+  cg::this_grid().sync();
+
+  // 4. Scatter: each warp's cursors, then its queries in order.
+  const std::int64_t edges_cap = p.edges_per_head;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int q_per_pass = 32 >> p.log_topk_pow2;
+  for (int t = cta; t < p.h_kv * units; t += ctas) {
+    const int h = t / units, u = t - h * units;
+    const FusedUnit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
+    if (!keep_counts) {
+      fused_count_warp<false>(p, h, un, s_hist, lane);
+      __syncthreads();
+    }
+    const std::int32_t* g_prefix = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
+    const std::int32_t* g_row_ptr = p.row_ptr + h * stride;
+    for (int l = tid; l < un.blocks; l += kFusedThreads) {
+      const int row = fused_row_of(s_level_start, s_rows, un.b, l);
+      int cursor = __ldcg(g_row_ptr + row) + __ldcg(g_prefix + l);
+#pragma unroll
+      for (int w = 0; w < kFusedWarps; ++w) {
+        const int c = s_count[w * p.max_blocks + l];
+        s_count[w * p.max_blocks + l] = cursor;
+        cursor += c;
+      }
+    }
+    __syncthreads();
+
+    const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
+    std::int32_t* g_qsplit = p.qsplit + h * edges_cap;
+    std::int32_t* g_q_indices = p.q_indices + h * edges_cap;
+    for (int q_batch = un.q_begin; q_batch < un.q_end; q_batch += kPassBatch * q_per_pass) {
+      int ids[kPassBatch];
+#pragma unroll
+      for (int k = 0; k < kPassBatch; ++k)
+        ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, un.q_end, lane);
+#pragma unroll
+      for (int k = 0; k < kPassBatch; ++k) {
+        const int q0 = q_batch + k * q_per_pass;
+        if (q0 >= un.q_end) break;  // warp-uniform
+        const PassLane e = analyse_pass<true>(p, ids[k], q0, un.q_end, un.blocks, lane);
+        // Lanes of this pass on the same block take consecutive places in lane (query) order.
+        const unsigned peers = __match_any_sync(kFullMask, e.keep ? e.id : -1 - lane);
+        const int rank = __popc(peers & lanes_below);
+        const int base = e.keep ? s_hist[e.id] : 0;
+        __syncwarp();  // every peer has read the cursor before the leader moves it
+        if (e.keep && rank == 0) s_hist[e.id] = base + __popc(peers);
+        __syncwarp();
+        const int pos = base + rank;
+        if (e.keep && pos >= 0 && pos < edges_cap) {
+          g_qsplit[pos] = qsplit::encode(e.q - un.q_request, e.slot);
+          g_q_indices[pos] = e.q - un.q_request;
+        }
+      }
+    }
+    __syncthreads();  // the cursors are reused
+  }
+
+  // The tail past each head's last edge (usually none: every top-k slot an edge).
+  for (int h = 0; h < p.h_kv; ++h) {
+    const int used = min(max(__ldcg(p.row_ptr + h * stride + p.max_rows), 0), p.edges_per_head);
+    if (used == edges_cap) continue;
+    std::int32_t* g_qsplit = p.qsplit + h * edges_cap;
+    std::int32_t* g_q_indices = p.q_indices + h * edges_cap;
+    for (std::int64_t i = used + static_cast<std::int64_t>(cta) * kFusedThreads + tid; i < edges_cap;
+         i += static_cast<std::int64_t>(ctas) * kFusedThreads) {
+      g_q_indices[i] = -1;
+      g_qsplit[i] = qsplit::kUnused;
+    }
+  }
+}
+
+}  // namespace msa::cuda::k2q
