@@ -461,7 +461,7 @@ TEST(K2qDeviceLayout, WorkspaceGrowsAcrossTheItemSizeSwitch) {
 
 // The path choice (sizing only, no GPU), as measured on the H100 (docs/performance.md, steps 41
 // and 42): the grid path where it fits (at most 64 requests, 4096 queries, 128 KV heads, 256 rows
-// per task) for up to 128 queries, unless the small path is chosen and light (at most 1024 top-k
+// per task) for up to 256 queries, unless the small path is chosen and light (at most 1024 top-k
 // slots and 12288 (head, row) pairs); then the fused path where it fits (at most 64 requests, 128
 // KV heads, 4096 blocks a request) for problems that are not light, up to 4096 queries; the
 // small path where it fits and was measured faster than the general one (at most 3072 slots and
@@ -474,14 +474,14 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {1, 1, 16385}), K2qPath::kSmall);   // light: the small path
   EXPECT_EQ(path(4, 16, {1, 64, 65600}), K2qPath::kSmall);  // 1024 slots
   EXPECT_EQ(path(4, 16, {1, 65, 65601}), K2qPath::kGrid);   // 1040 slots
-  EXPECT_EQ(path(4, 16, {1, 128, 65664}), K2qPath::kGrid);
-  EXPECT_EQ(path(4, 16, {1, 129, 65665}), K2qPath::kFused);
-  EXPECT_EQ(path(4, 16, {1, 171, 65707}), K2qPath::kFused);  // the small path's, not light
+  EXPECT_EQ(path(4, 16, {1, 171, 65707}), K2qPath::kGrid);  // the small path's, not light
+  EXPECT_EQ(path(4, 16, {1, 256, 65792}), K2qPath::kGrid);
+  EXPECT_EQ(path(4, 16, {1, 257, 65793}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 512, 131584}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 513, 131585}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {4, 64, 65600}), K2qPath::kSmall);  // 4 x 2052 (head, row) pairs
   EXPECT_EQ(path(4, 16, {4, 64, 131088}), K2qPath::kGrid);  // 4 x 4100 pairs; 33 levels x 4 requests per task
-  EXPECT_EQ(path(4, 16, {4, 256, 65792}), K2qPath::kFused);  // 4096 slots
+  EXPECT_EQ(path(4, 16, {4, 256, 65792}), K2qPath::kGrid);  // 4096 slots
   EXPECT_EQ(path(4, 16, {4, 684, 131243}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 2048, 133120}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 4096, 135168}), K2qPath::kFused);
@@ -489,8 +489,8 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {1, 2048, 524288}), K2qPath::kFused);    // 4096 blocks
   EXPECT_EQ(path(4, 16, {1, 2048, 524289}), K2qPath::kGeneral);  // 4097 blocks
   EXPECT_EQ(path(4, 16, {16, 16, 16400}), K2qPath::kSmall);
-  EXPECT_EQ(path(4, 16, {64, 128, 4000}), K2qPath::kGrid);    // 64 requests, one level per task
-  EXPECT_EQ(path(4, 16, {64, 128, 40000}), K2qPath::kFused);  // 10 levels x 64 requests per task
+  EXPECT_EQ(path(4, 16, {64, 256, 4000}), K2qPath::kGrid);    // 64 requests, one level per task
+  EXPECT_EQ(path(4, 16, {64, 256, 40000}), K2qPath::kFused);  // 10 levels x 64 requests per task
   EXPECT_EQ(path(4, 16, {64, 320, 4000}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {65, 650, 1000}), K2qPath::kGeneral);    // 65 requests
   EXPECT_EQ(path(4, 16, {64, 650, 1000}), K2qPath::kFused);

@@ -83,11 +83,12 @@ inline constexpr int kGridMaxTasks = 128;  // CTAs: two per SM fit on every Hopp
 inline constexpr int kGridMaxBatch = 64;   // a level's requests are the bits of one 64-bit word
 inline constexpr int kGridMaxQueries = 4096;
 inline constexpr int kGridMaxTopk = 32;
-// Where k2q_device_sizes picks the grid path (H100, graph replays, docs/performance.md steps 41
-// and 42): it planned 64-512 queries in 27-45 us where the small path took 19-67 and the general
-// path 40-46, but a single request of 1-64 queries took 17-27 us against the small path's 14-19;
-// from 171 queries the fused path costs less (27.5 against 28.7 us at 171, 32 against 44 at 512).
-inline constexpr int kGridChosenQueries = 128;
+// Where k2q_device_sizes picks the grid path (H100, docs/performance.md steps 41 and 42): it
+// planned 64-512 queries in 27-45 us (graph replays) where the small path took 19-67 and the
+// general path 40-46, but a single request of 1-64 queries took 17-27 us against the small
+// path's 14-19. The fused path planned 171-256 queries 1-2 us faster in graph replays, but the
+// eager calls were 3-8 us slower there; from 512 queries they were 5-16 us faster.
+inline constexpr int kGridChosenQueries = 256;
 inline constexpr int kGridSmallSlots = 1024;   // small path chosen and at most this many slots ...
 inline constexpr int kGridSmallPairs = 12288;  // ... and (head, row) pairs: the small path stays
 
