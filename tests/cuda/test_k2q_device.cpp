@@ -50,8 +50,8 @@ struct PlanCase {
   std::int64_t extra_k_len = 0;  // max_k_len bound = real max + this (a loose bound)
   std::uint64_t seed = 1;
   // The planner's path (K2qDeviceGeometry::path): general, small (k2q_small_kernels.cuh), grid
-  // (k2q_grid_kernels.cuh) or fused (k2q_fused_kernels.cuh); small_cases(), grid_cases() and
-  // fused_cases() keep the cases that fit theirs.
+  // (k2q_grid_kernels.cuh) or fused (k2q_fused_kernels.cuh); cases_on() keeps the cases that
+  // fit one.
   msa::cuda::K2qPath path = msa::cuda::K2qPath::kGeneral;
 };
 // Test names in CTest and gtest output: the case name, not the struct bytes.
@@ -217,7 +217,7 @@ struct DevicePlan {
         k_len(in.k_len),
         topk(in.topk),
         workspace(sizes.total) {
-    sizes.geo.path = c.path;  // a small, grid or fused path case fits (*_cases() check)
+    sizes.geo.path = c.path;  // a small, grid or fused path case fits (cases_on() checks)
     msa::cuda::Arena arena(workspace.get());
     buffers = msa::cuda::k2q_device_layout(sizes.geo, arena);
     inputs.cu_seqlens_q = static_cast<const std::int32_t*>(cu.ptr);
@@ -317,7 +317,7 @@ std::vector<PlanCase> cases() {
   // max_blocks * 4 bytes > kK2qUnitSmemDefault: one warp per CTA and the opt-in shared-memory attribute.
   add({"huge_bound", 2, 16, 64, {{300, 1000}, {50, 130000}}, Selection::kRandom, Mutation::kAdversarial,
        1900000, 16});
-  // Sized for the small path (small_cases()), run on both: small chunks on long prefixes, the
+  // Sized for the small path (cases_on()), run on both: small chunks on long prefixes, the
   // limits (1024 queries, 16384 slots, 6144 rows, 64 requests), routing material.
   add({"chunk171_on_55k", 4, 16, 64, {{171, 55000}}, Selection::kRandom, Mutation::kNone, 0, 17});
   add({"chunks4_mixed", 4, 16, 32, {{171, 16000}, {1, 16000}, {64, 9000}, {200, 16000}}, Selection::kClustered,
@@ -335,7 +335,7 @@ std::vector<PlanCase> cases() {
   add({"small_loose_bound", 8, 8, 64, {{300, 1000}, {20, 150}}, Selection::kRandom, Mutation::kNone, 9000, 26});
   add({"small_6144_rows", 4, 16, 64, std::vector<Request>(6, Request{40, 131072}), Selection::kRandom,
        Mutation::kAdversarial, 0, 27});
-  // Sized for the grid path (grid_cases()): one task per head (96 heads), tasks past the last
+  // Sized for the grid path (cases_on()): one task per head (96 heads), tasks past the last
   // level, the query limit, a one-block request.
   add({"grid_96_heads", 96, 16, 8, {{300, 2000}, {50, 900}}, Selection::kRandom, Mutation::kAdversarial, 0, 28});
   add({"grid_one_block", 4, 16, 8, {{40, 40}}, Selection::kRandom, Mutation::kNone, 0, 29});
@@ -352,43 +352,29 @@ std::vector<PlanCase> cases() {
   return v;
 }
 
-// The cases the small path can plan, named *_small, planned by it.
-std::vector<PlanCase> small_cases() {
-  std::vector<PlanCase> v;
-  for (PlanCase c : cases()) {
-    const PlanInputs in = make_inputs(c);
-    if (!msa::cuda::k2q_small_fits(msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, in)).geo))
-      continue;
-    c.name += "_small";
-    c.path = msa::cuda::K2qPath::kSmall;
-    v.push_back(std::move(c));
+// Whether `path` can plan a problem of this geometry (the general path plans any).
+bool path_fits(const msa::cuda::K2qDeviceGeometry& geo, msa::cuda::K2qPath path) {
+  using msa::cuda::K2qPath;
+  switch (path) {
+    case K2qPath::kSmall:
+      return msa::cuda::k2q_small_fits(geo);
+    case K2qPath::kGrid:
+      return geo.grid_tasks_per_head > 0;
+    case K2qPath::kFused:
+      return geo.fused_tasks_per_head > 0;
+    default:
+      return true;
   }
-  return v;
 }
 
-// The cases the grid path can plan, named *_grid, planned by it.
-std::vector<PlanCase> grid_cases() {
+// The cases `path` can plan, named *_<suffix>, planned by it.
+std::vector<PlanCase> cases_on(msa::cuda::K2qPath path, const char* suffix) {
   std::vector<PlanCase> v;
   for (PlanCase c : cases()) {
     const PlanInputs in = make_inputs(c);
-    if (msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, in)).geo.grid_tasks_per_head == 0)
-      continue;
-    c.name += "_grid";
-    c.path = msa::cuda::K2qPath::kGrid;
-    v.push_back(std::move(c));
-  }
-  return v;
-}
-
-// The cases the fused path can plan, named *_fused, planned by it.
-std::vector<PlanCase> fused_cases() {
-  std::vector<PlanCase> v;
-  for (PlanCase c : cases()) {
-    const PlanInputs in = make_inputs(c);
-    if (msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, in)).geo.fused_tasks_per_head == 0)
-      continue;
-    c.name += "_fused";
-    c.path = msa::cuda::K2qPath::kFused;
+    if (!path_fits(msa::cuda::k2q_device_sizes(c.h_kv, c.topk, c.q_per_item, problem_of(c, in)).geo, path)) continue;
+    c.name += std::string("_") + suffix;
+    c.path = path;
     v.push_back(std::move(c));
   }
   return v;
@@ -647,9 +633,11 @@ TEST_P(K2qDevice, RoutesByTheRule) {
 
 const auto case_name = [](const ::testing::TestParamInfo<PlanCase>& param_info) { return param_info.param.name; };
 INSTANTIATE_TEST_SUITE_P(Cases, K2qDevice, ::testing::ValuesIn(cases()), case_name);
-INSTANTIATE_TEST_SUITE_P(Small, K2qDevice, ::testing::ValuesIn(small_cases()), case_name);
-INSTANTIATE_TEST_SUITE_P(Grid, K2qDevice, ::testing::ValuesIn(grid_cases()), case_name);
-INSTANTIATE_TEST_SUITE_P(Fused, K2qDevice, ::testing::ValuesIn(fused_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Small, K2qDevice, ::testing::ValuesIn(cases_on(msa::cuda::K2qPath::kSmall, "small")),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Grid, K2qDevice, ::testing::ValuesIn(cases_on(msa::cuda::K2qPath::kGrid, "grid")), case_name);
+INSTANTIATE_TEST_SUITE_P(Fused, K2qDevice, ::testing::ValuesIn(cases_on(msa::cuda::K2qPath::kFused, "fused")),
+                         case_name);
 
 // The backend path: SparsePrefill on CUDA plans from CPU tensors (staged to the device) and
 // from device tensors with a host bound, and plan_snapshot() equals the host builder given the
@@ -767,9 +755,7 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
     for (const K2qPath path : {K2qPath::kGeneral, K2qPath::kSmall, K2qPath::kGrid, K2qPath::kFused}) {
       DevicePlan dp(c, in);
       ASSERT_NE(dp.workspace.get(), nullptr);
-      if (path == K2qPath::kSmall && !msa::cuda::k2q_small_fits(dp.sizes.geo)) continue;
-      if (path == K2qPath::kGrid && dp.sizes.geo.grid_tasks_per_head == 0) continue;
-      if (path == K2qPath::kFused && dp.sizes.geo.fused_tasks_per_head == 0) continue;
+      if (!path_fits(dp.sizes.geo, path)) continue;
       dp.sizes.geo.path = path;
       RouteBuffers route(c, in, dp, 8);
       dp.inputs.route = &route.params;

@@ -36,8 +36,9 @@
 // (one row per thread) from phase 2 to phase 3. What one CTA wrote and another reads after a
 // barrier is loaded with __ldcg (at L2, never a line the reader's L1 kept from an earlier phase).
 //
-// Included by k2q_device.cu only. Uses k2q_kernels.cuh (request_queries, request_blocks,
-// analyse_pass, load_pass_id, routed_row, row totals).
+// Included by k2q_device.cu only. Uses k2q_kernels.cuh (request_queries, request_blocks, Unit,
+// count_passes and scatter_passes, which the general path's count and scatter warps run too,
+// task_base, row totals).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -91,26 +92,17 @@ __device__ __forceinline__ int fused_coord_of(const int* s_level_start, const in
   return (b << 20) | l;
 }
 
-// A unit's queries, and the sub-range of them one warp takes.
-struct FusedUnit {
-  int b;          // request
-  int q_request;  // its first packed query (q_local = q - q_request)
-  int q_begin;    // the warp's queries [q_begin, q_end)
-  int q_end;
-  int blocks;  // rows_b
-};
-
-// Unit u (< s_unit_start[batch]) and warp `warp`'s share of it: sub-ranges of whole passes,
-// in query order across the warps (the scatter's cursors rely on that order).
-__device__ __forceinline__ FusedUnit fused_unit(const BuildParams& p, const int* s_unit_start, const int* s_begin,
-                                                const int* s_end, const int* s_rows, int u, int warp) {
+// Warp `warp`'s share of unit u (< s_unit_start[batch]), as a Unit of its own queries: sub-ranges
+// of whole passes, in query order across the warps (the scatter's cursors rely on that order).
+__device__ __forceinline__ Unit fused_unit(const BuildParams& p, const int* s_unit_start, const int* s_begin,
+                                           const int* s_end, const int* s_rows, int u, int warp) {
   const int b = last_at_most(s_unit_start, p.batch, u);
   const int q0 = s_begin[b] + (u - s_unit_start[b]) * p.q_per_unit;
   const int q1 = min(q0 + p.q_per_unit, s_end[b]);
   const int per_pass = 32 >> p.log_topk_pow2;
   const int passes = (q1 - q0 + per_pass - 1) / per_pass;
   const int warp_passes = (passes + kFusedWarps - 1) / kFusedWarps;
-  FusedUnit un;
+  Unit un;
   un.b = b;
   un.q_request = s_begin[b];
   un.q_begin = min(q0 + warp * warp_passes * per_pass, q1);
@@ -119,30 +111,13 @@ __device__ __forceinline__ FusedUnit fused_unit(const BuildParams& p, const int*
   return un;
 }
 
-// One warp's counts per block of its sub-range into s_hist [blocks] (zeroed here); kSplit:
-// also its queries' split counts. Warp-collective.
+// One warp's counts per block of its share (zeroed here first); kSplit: also its queries' split
+// counts. Warp-collective.
 template <bool kSplit>
-__device__ __forceinline__ void fused_count_warp(const BuildParams& p, int h, const FusedUnit& un, int* s_hist,
-                                                 int lane) {
+__device__ __forceinline__ void fused_count_warp(const BuildParams& p, int h, Unit un, int* s_hist, int lane) {
   for (int l = lane; l < un.blocks; l += 32) s_hist[l] = 0;
   __syncwarp();
-  const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
-  const int q_per_pass = 32 >> p.log_topk_pow2;
-  for (int q_batch = un.q_begin; q_batch < un.q_end; q_batch += kPassBatch * q_per_pass) {
-    int ids[kPassBatch];
-#pragma unroll
-    for (int k = 0; k < kPassBatch; ++k)
-      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, un.q_end, lane);
-#pragma unroll
-    for (int k = 0; k < kPassBatch; ++k) {
-      const int q0 = q_batch + k * q_per_pass;
-      if (q0 >= un.q_end) break;  // warp-uniform
-      const PassLane e = analyse_pass<false>(p, ids[k], q0, un.q_end, un.blocks, lane);
-      if (e.keep) atomicAdd(&s_hist[e.id], 1);
-      if (kSplit && e.seg_head)
-        p.split_counts[static_cast<std::int64_t>(e.q) * p.h_kv + h] = routed_row(p, h, e.q) ? 1 : e.count;
-    }
-  }
+  count_passes<kSplit>(p, h, un, s_hist, lane);
   __syncwarp();  // shared-memory atomics visible to every lane
 }
 
@@ -169,7 +144,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   __shared__ int s_begin[kFusedMaxBatch], s_end[kFusedMaxBatch], s_rows[kFusedMaxBatch];
   __shared__ int s_unit_start[kFusedMaxBatch + 1];
   __shared__ int s_total_rows;
-  __shared__ unsigned long long s_sums[4];  // phase 3: edge base, head edges, item base, items
+  __shared__ TaskBase s_base;  // phase 3
   // Phase 3, one chunk of kFusedThreads rows at a time: each row's first edge, edges, first
   // item (chunk-local) and (b << 20 | block).
   __shared__ int s_row_begin[kFusedThreads], s_row_edges[kFusedThreads], s_row_item[kFusedThreads],
@@ -256,7 +231,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   int* s_hist = s_count + static_cast<std::int64_t>(warp) * p.max_blocks;
   for (int t = cta; t < p.h_kv * units; t += ctas) {
     const int h = t / units, u = t - h * units;
-    const FusedUnit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
+    const Unit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
     fused_count_warp<true>(p, h, un, s_hist, lane);
     __syncthreads();
     std::int32_t* g_counts = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
@@ -318,27 +293,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     if (rows.row0 + tid < rows.row1)
       first_total = keep_totals ? kept_total : __ldcg(p.row_totals + h * stride + rows.row0 + tid);
     if (warp == 0) {  // the tasks before this one: edges of this head's, items of all
-      unsigned long long sums[4] = {0, 0, 0, 0};
-      const int head0 = h * per_head;
-      for (int i = lane; i < row_tasks; i += 32) {
-        const K2qRowTotal v = __ldcg(p.task_totals + i);
-        const bool same = i >= head0 && i < head0 + per_head;
-        sums[0] += same && i < t ? total_edges(v) : 0u;
-        sums[1] += same ? total_edges(v) : 0u;
-        sums[2] += i < t ? total_items(v) : 0u;
-        sums[3] += total_items(v);
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        for (int off = 16; off > 0; off >>= 1) sums[k] += __shfl_xor_sync(kFullMask, sums[k], off);
-      if (lane == 0)
-        for (int k = 0; k < 4; ++k) s_sums[k] = sums[k];
+      const TaskBase base = task_base(p.task_totals, row_tasks, t, per_head, lane);
+      if (lane == 0) s_base = base;
     }
     __syncthreads();
-    const int head_edges = static_cast<int>(s_sums[1]);
+    const int head_edges = static_cast<int>(s_base.head_edges);
     std::int32_t* g_row_ptr = p.row_ptr + h * stride;
-    int edge_carry = static_cast<int>(s_sums[0]);
-    long long item_carry = static_cast<long long>(s_sums[2]);
+    int edge_carry = static_cast<int>(s_base.edge_base);
+    long long item_carry = static_cast<long long>(s_base.item_base);
     for (int base = rows.row0; base < rows.row1; base += kFusedThreads) {
       const int row = base + tid;
       const int n = min(kFusedThreads, rows.row1 - base);
@@ -374,9 +336,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       for (int row = total_rows + tid; row <= p.max_rows; row += kFusedThreads) g_row_ptr[row] = head_edges;
     if (t == 0 && tid == 0) {
       *p.total_rows = total_rows;
-      *p.work_count = static_cast<int>(min(s_sums[3], static_cast<unsigned long long>(p.work_capacity)));
+      *p.work_count = static_cast<int>(min(s_base.items, static_cast<unsigned long long>(p.work_capacity)));
     }
-    __syncthreads();  // s_sums is reused
+    __syncthreads();  // s_base is reused
   }
   if (route_on && cta == ctas - 1)
     compact_route_list<kFusedThreads, 8>(route.union_tile,
@@ -386,11 +348,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
 
   // 4. Scatter: each warp's cursors, then its queries in order.
   const std::int64_t edges_cap = p.edges_per_head;
-  const unsigned lanes_below = (1u << lane) - 1u;
-  const int q_per_pass = 32 >> p.log_topk_pow2;
   for (int t = cta; t < p.h_kv * units; t += ctas) {
     const int h = t / units, u = t - h * units;
-    const FusedUnit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
+    const Unit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
     if (!keep_counts) {
       fused_count_warp<false>(p, h, un, s_hist, lane);
       __syncthreads();
@@ -409,33 +369,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
     __syncthreads();
 
-    const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
-    std::int32_t* g_qsplit = p.qsplit + h * edges_cap;
-    std::int32_t* g_q_indices = p.q_indices + h * edges_cap;
-    for (int q_batch = un.q_begin; q_batch < un.q_end; q_batch += kPassBatch * q_per_pass) {
-      int ids[kPassBatch];
-#pragma unroll
-      for (int k = 0; k < kPassBatch; ++k)
-        ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, un.q_end, lane);
-#pragma unroll
-      for (int k = 0; k < kPassBatch; ++k) {
-        const int q0 = q_batch + k * q_per_pass;
-        if (q0 >= un.q_end) break;  // warp-uniform
-        const PassLane e = analyse_pass<true>(p, ids[k], q0, un.q_end, un.blocks, lane);
-        // Lanes of this pass on the same block take consecutive places in lane (query) order.
-        const unsigned peers = __match_any_sync(kFullMask, e.keep ? e.id : -1 - lane);
-        const int rank = __popc(peers & lanes_below);
-        const int base = e.keep ? s_hist[e.id] : 0;
-        __syncwarp();  // every peer has read the cursor before the leader moves it
-        if (e.keep && rank == 0) s_hist[e.id] = base + __popc(peers);
-        __syncwarp();
-        const int pos = base + rank;
-        if (e.keep && pos >= 0 && pos < edges_cap) {
-          g_qsplit[pos] = qsplit::encode(e.q - un.q_request, e.slot);
-          g_q_indices[pos] = e.q - un.q_request;
-        }
-      }
-    }
+    scatter_passes(p, h, un, s_hist, p.q_indices + h * edges_cap, lane);
     __syncthreads();  // the cursors are reused
   }
 

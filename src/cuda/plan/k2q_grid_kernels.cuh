@@ -21,7 +21,7 @@
 //      q-ascending as the host's sequential writer leaves it; and the -1 tail.
 //
 // Included by k2q_device.cu only. Uses k2q_kernels.cuh (request_queries, request_blocks,
-// routed_row, row_total) and k2q_small_kernels.cuh (small_request_of).
+// routed_row, row_total, task_base) and k2q_small_kernels.cuh (small_request_of).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   } scan_tmp;
   __shared__ int s_begin[kGridMaxBatch], s_end[kGridMaxBatch], s_rows[kGridMaxBatch];
   __shared__ int s_levels, s_total_rows;
-  __shared__ unsigned long long s_edge_base, s_head_edges, s_item_base, s_items_total;
+  __shared__ TaskBase s_base;
   extern __shared__ __align__(16) unsigned char s_dyn[];
   GridTaskSmem& s = *reinterpret_cast<GridTaskSmem*>(s_dyn);
 
@@ -226,32 +226,15 @@ __global__ void __launch_bounds__(kGridThreads, 2)
 
   // C. The tasks before this one: edges of this head's, items of all (flat (head, row) order).
   if (warp == 0) {
-    unsigned long long sums[4] = {0, 0, 0, 0};  // edge base, head edges, item base, items
-    const int head0 = h * per_head;
-    for (int t = lane; t < n_tasks; t += 32) {
-      const K2qRowTotal v = __ldcg(p.task_totals + t);
-      const bool same = t >= head0 && t < head0 + per_head;
-      sums[0] += same && t < task ? total_edges(v) : 0u;
-      sums[1] += same ? total_edges(v) : 0u;
-      sums[2] += t < task ? total_items(v) : 0u;
-      sums[3] += total_items(v);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      for (int off = 16; off > 0; off >>= 1) sums[k] += __shfl_xor_sync(kFullMask, sums[k], off);
-    if (lane == 0) {
-      s_edge_base = sums[0];
-      s_head_edges = sums[1];
-      s_item_base = sums[2];
-      s_items_total = sums[3];
-    }
+    const TaskBase base = task_base(p.task_totals, n_tasks, task, per_head, lane);
+    if (lane == 0) s_base = base;
   }
   __syncthreads();
   const int stride = p.max_rows + 1;
-  const int head_edges = static_cast<int>(s_head_edges);
+  const int head_edges = static_cast<int>(s_base.head_edges);
   std::int32_t* g_row_ptr = p.row_ptr + static_cast<std::int64_t>(h) * stride;
   if (tid < n_rows) {
-    const int begin = static_cast<int>(s_edge_base) + static_cast<int>(total_edges(ex));
+    const int begin = static_cast<int>(s_base.edge_base) + static_cast<int>(total_edges(ex));
     g_row_ptr[row0 + tid] = begin;
     s.cursor[tid] = begin;
     s.first_item[tid] = static_cast<int>(total_items(ex));
@@ -272,7 +255,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
     for (int row = s_total_rows + tid; row <= p.max_rows; row += kGridThreads) g_row_ptr[row] = head_edges;
   if (task == 0 && tid == 0) *p.total_rows = s_total_rows;
   if (task == n_tasks - 1 && tid == 0)
-    *p.work_count = static_cast<int>(min(s_items_total, static_cast<unsigned long long>(p.work_capacity)));
+    *p.work_count = static_cast<int>(min(s_base.items, static_cast<unsigned long long>(p.work_capacity)));
   __syncthreads();
 
   // The task's work items, a thread per item (a warp stores consecutive items).
@@ -280,7 +263,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   for (int k = tid; k < task_items; k += kGridThreads) {
     const int i = last_at_most(s.first_item, n_rows, k);
     const int first = (k - s.first_item[i]) * qpi;
-    const std::int64_t w = static_cast<std::int64_t>(s_item_base) + k;
+    const std::int64_t w = static_cast<std::int64_t>(s_base.item_base) + k;
     const int coord = s.coord[i];
     if (w < p.work_capacity)
       p.work[w] =

@@ -259,9 +259,103 @@ __device__ __forceinline__ PassLane analyse_pass(const BuildParams& p, int id, i
   return e;
 }
 
+// One warp's counts per block of the queries [u.q_begin, u.q_end) into s_hist (which the caller
+// zeroed, [u.blocks]; it syncs the warp before reading them); kSplit: also their split counts.
+// kPassBatch passes' loads go out together. Warp-collective; the general path's count warps and
+// the fused path's warps.
+template <bool kSplit>
+__device__ __forceinline__ void count_passes(const BuildParams& p, int h, Unit u, int* s_hist, int lane) {
+  const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
+  const int q_per_pass = 32 >> p.log_topk_pow2;
+  for (int q_batch = u.q_begin; q_batch < u.q_end; q_batch += kPassBatch * q_per_pass) {
+    int ids[kPassBatch];  // loads of kPassBatch passes in flight together
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k)
+      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, u.q_end, lane);
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k) {
+      const int q0 = q_batch + k * q_per_pass;
+      if (q0 >= u.q_end) break;                                                        // warp-uniform
+      const PassLane e = analyse_pass<false>(p, ids[k], q0, u.q_end, u.blocks, lane);  // no slot needed
+      if (e.keep) atomicAdd(&s_hist[e.id], 1);
+      if (kSplit && e.seg_head)
+        p.split_counts[static_cast<std::int64_t>(e.q) * p.h_kv + h] = routed_row(p, h, e.q) ? 1 : e.count;
+    }
+  }
+}
+
+// One warp places the edges of the queries [u.q_begin, u.q_end) at s_cursor [u.blocks] (each
+// block's next place, advanced here), in query order: lanes of a pass on the same block take
+// consecutive places in lane order, which is query order, with no global atomics. Writes qsplit,
+// and q_indices where g_q_indices is not null (the general path derives it in its finish pass,
+// coalesced). Warp-collective.
+__device__ __forceinline__ void scatter_passes(const BuildParams& p, int h, Unit u, int* s_cursor,
+                                               std::int32_t* g_q_indices, int lane) {
+  const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
+  std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int q_per_pass = 32 >> p.log_topk_pow2;
+  for (int q_batch = u.q_begin; q_batch < u.q_end; q_batch += kPassBatch * q_per_pass) {
+    int ids[kPassBatch];
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k)
+      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, u.q_end, lane);
+#pragma unroll
+    for (int k = 0; k < kPassBatch; ++k) {
+      const int q0 = q_batch + k * q_per_pass;
+      if (q0 >= u.q_end) break;  // warp-uniform
+      const PassLane e = analyse_pass<true>(p, ids[k], q0, u.q_end, u.blocks, lane);
+      // A lane that keeps nothing matches only itself.
+      const unsigned peers = __match_any_sync(kFullMask, e.keep ? e.id : -1 - lane);
+      const int rank = __popc(peers & lanes_below);
+      const int base = e.keep ? s_cursor[e.id] : 0;
+      __syncwarp();  // every peer has read the cursor before the leader moves it
+      if (e.keep && rank == 0) s_cursor[e.id] = base + __popc(peers);
+      __syncwarp();
+      const int pos = base + rank;
+      if (e.keep && pos >= 0 && pos < p.edges_per_head) {
+        const int q_local = e.q - u.q_request;
+        g_qsplit[pos] = qsplit::encode(q_local, e.slot);
+        if (g_q_indices != nullptr) g_q_indices[pos] = q_local;
+      }
+    }
+  }
+}
+
+// ---- shared by the cooperative paths (k2q_grid_kernels.cuh, k2q_fused_kernels.cuh) -----------
+
+// A task's place among all tasks' (edges, items) totals (tasks numbered head-major, per_head per
+// KV head; rows in flat (head, row) order).
+struct TaskBase {
+  unsigned long long edge_base;   // edges of this head's tasks before it
+  unsigned long long head_edges;  // edges of this head
+  unsigned long long item_base;   // items of every task before it
+  unsigned long long items;       // items of all tasks
+};
+
+// Warp-collective: `task`'s TaskBase from totals [n_tasks], which other CTAs wrote before a grid
+// barrier (read at L2); every lane gets it.
+__device__ __forceinline__ TaskBase task_base(const K2qRowTotal* totals, int n_tasks, int task, int per_head,
+                                              int lane) {
+  unsigned long long sums[4] = {0, 0, 0, 0};
+  const int head0 = task / per_head * per_head;
+  for (int t = lane; t < n_tasks; t += 32) {
+    const K2qRowTotal v = __ldcg(totals + t);
+    const bool same = t >= head0 && t < head0 + per_head;
+    sums[0] += same && t < task ? total_edges(v) : 0u;
+    sums[1] += same ? total_edges(v) : 0u;
+    sums[2] += t < task ? total_items(v) : 0u;
+    sums[3] += total_items(v);
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    for (int off = 16; off > 0; off >>= 1) sums[k] += __shfl_xor_sync(kFullMask, sums[k], off);
+  return TaskBase{sums[0], sums[1], sums[2], sums[3]};
+}
+
 // ---- stage 2: per-unit histograms -----------------------------------------------------------
 
-__global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_count_kernel(const BuildParams p) {
+__global__ void __launch_bounds__(kMaxUnitWarps * 32, 4) k2q_count_kernel(const BuildParams p) {
   extern __shared__ int s_unit[];  // [unit_warps, max_blocks]
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -272,23 +366,7 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_count_kernel(const Bui
   int* s_hist = s_unit + static_cast<std::int64_t>(warp) * p.max_blocks;
   for (int l = lane; l < unit.blocks; l += 32) s_hist[l] = 0;
   __syncwarp();
-
-  const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
-  const int q_per_pass = 32 >> p.log_topk_pow2;
-  for (int q_batch = unit.q_begin; q_batch < unit.q_end; q_batch += kPassBatch * q_per_pass) {
-    int ids[kPassBatch];  // loads of kPassBatch passes in flight together
-#pragma unroll
-    for (int k = 0; k < kPassBatch; ++k)
-      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, unit.q_end, lane);
-#pragma unroll
-    for (int k = 0; k < kPassBatch; ++k) {
-      const int q0 = q_batch + k * q_per_pass;
-      if (q0 >= unit.q_end) break;  // warp-uniform
-      const PassLane e = analyse_pass<false>(p, ids[k], q0, unit.q_end, unit.blocks, lane);  // no slot needed
-      if (e.keep) atomicAdd(&s_hist[e.id], 1);
-      if (e.seg_head) p.split_counts[static_cast<std::int64_t>(e.q) * p.h_kv + h] = routed_row(p, h, e.q) ? 1 : e.count;
-    }
-  }
+  count_passes<true>(p, h, unit, s_hist, lane);
   __syncwarp();  // shared-memory atomics visible to every lane
 
   std::int32_t* g_counts = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
@@ -441,36 +519,7 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_scatter_kernel(const B
   const std::int32_t* g_prefix = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
   for (int l = lane; l < unit.blocks; l += 32) s_cursor[l] = g_row_ptr[g_row_of[l]] + g_prefix[l];
   __syncwarp();
-
-  const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
-  std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
-  const unsigned lanes_below = (1u << lane) - 1u;
-  const int q_per_pass = 32 >> p.log_topk_pow2;
-  for (int q_batch = unit.q_begin; q_batch < unit.q_end; q_batch += kPassBatch * q_per_pass) {
-    int ids[kPassBatch];
-#pragma unroll
-    for (int k = 0; k < kPassBatch; ++k)
-      ids[k] = load_pass_id(p, g_topk_head, h, q_batch + k * q_per_pass, unit.q_end, lane);
-#pragma unroll
-    for (int k = 0; k < kPassBatch; ++k) {
-      const int q0 = q_batch + k * q_per_pass;
-      if (q0 >= unit.q_end) break;  // warp-uniform
-      const PassLane e = analyse_pass<true>(p, ids[k], q0, unit.q_end, unit.blocks, lane);
-      // Lanes of this pass that hit the same block take consecutive places in lane order, which
-      // is query order; a lane that keeps nothing matches only itself.
-      const unsigned peers = __match_any_sync(kFullMask, e.keep ? e.id : -1 - lane);
-      const int rank = __popc(peers & lanes_below);
-      const int base = e.keep ? s_cursor[e.id] : 0;
-      __syncwarp();  // every peer has read the cursor before the leader moves it
-      if (e.keep && rank == 0) s_cursor[e.id] = base + __popc(peers);
-      __syncwarp();
-      const int pos = base + rank;
-      // Only qsplit is scattered; the finish pass derives q_indices from it, coalesced.
-      if (e.keep && pos >= 0 && pos < p.edges_per_head) {
-        g_qsplit[pos] = qsplit::encode(e.q - unit.q_request, e.slot);
-      }
-    }
-  }
+  scatter_passes(p, h, unit, s_cursor, nullptr, lane);  // q_indices: the finish pass
 }
 
 // ---- stage 5: q_indices and the -1 tail --------------------------------------------------------
