@@ -349,6 +349,9 @@ std::vector<PlanCase> cases() {
        Mutation::kNone,
        0,
        31});
+  // Routing whose tiles' blocks outgrow the warp's bitmap (topk 2: tables of 32-128 ints), so
+  // the routing counts the union in its key table, alone and beside bitmap tiles.
+  add({"k2_long_prefixes", 2, 2, 16, {{200, 300000}, {30, 250000}}, Selection::kRandom, Mutation::kNone, 0, 32});
   return v;
 }
 

@@ -356,9 +356,11 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     return;
   }
   if (g.path == K2qPath::kFused) {
-    // As many CTAs as it has row tasks, or as the device holds at once; the general path where it
+    // As many CTAs as it has row tasks, and a spare one to list the routed tiles while the others
+    // run their row tasks, or as many as the device holds at once; the general path where it
     // holds none.
-    const int ctas = std::min(g.h_kv * g.fused_tasks_per_head, cooperative_resident().fused);
+    const int ctas =
+        std::min(g.h_kv * g.fused_tasks_per_head + (in.route != nullptr ? 1 : 0), cooperative_resident().fused);
     if (ctas <= 0) {
       K2qDeviceGeometry other = g;
       other.path = K2qPath::kGeneral;

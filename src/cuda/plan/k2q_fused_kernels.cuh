@@ -7,28 +7,36 @@
 // boundaries stood.
 //
 // Work is handed out in virtual tasks (task t runs on CTA t % gridDim.x, in turn), so any grid
-// size is correct; the launch asks for h_kv * tasks_per_head CTAs, or fewer where the device
-// holds fewer at once. Two kinds of task:
+// size is correct; the launch asks for h_kv * tasks_per_head CTAs, one more when the planner
+// routes, or fewer where the device holds fewer at once. Two kinds of task:
 //   - a unit task (KV head h, unit u): u is <= q_per_unit consecutive queries of one request,
 //     split among the CTA's warps in contiguous sub-ranges (a warp's counters per block in
 //     shared memory, as a count warp of the general path);
 //   - a row task (KV head h, range r of the head's rows): ceil(total_rows / tasks_per_head)
 //     consecutive rows of the level-major row order.
 // Phases (| = grid barrier):
-//   0. row map (row_coords, a thread per level) and, when the planner routes, the routing
-//      (route_cta's warps) | (only when routing: the count reads the flags)
-//   1. count: per unit task, its counts per block (the sum of its warps') into unit_counts,
-//      and split_counts |
+//   0. row map (row_coords, a thread per level; nothing in the launch reads it)
+//   1. per unit task: when the planner routes, the routing of the tiles its queries are in (a
+//      warp per tile: route_tile), then its counts per block (the sum of its warps') into
+//      unit_counts, and split_counts |
 //   2. per row task: each row's exclusive prefix along its request's units (in place) and the
 //      row's (edges, items); the task's total into task_totals |
 //   3. per row task: the prefix of the task totals before it (this head's edges, every head's
-//      items), then row_ptr and the work items of its rows; the -1 padding of row_ptr, the
-//      counts, and (one CTA) the routed tiles' list |
+//      items), then row_ptr and the work items of its rows; row_ptr's padding past the last row
+//      (the head's edge total), and its share of the q_indices and qsplit tail (-1, unused) past
+//      the head's last edge |
 //   4. scatter: per unit task, the warps count again, and each warp's cursor per block is
 //      row_ptr + the unit's prefix + the warps' before it; each warp places its queries in
-//      order (the general path's scatter), writing qsplit and q_indices; then the -1 tail.
+//      order (the general path's scatter), writing qsplit and q_indices. The last CTA (a spare
+//      one where the device holds it) then lists the routed tiles.
 // Every row is q-ascending, as the host's sequential writer leaves it, so the plan is the same
 // byte for byte as the other paths'.
+//
+// A tile whose queries fall in two units is routed by both tasks, which write the same flag. A
+// unit task reads only the flags of its own tiles (after a CTA barrier), in phases 1 and 4; the
+// tile list reads every flag after a grid barrier, at L2. Each tile is in some unit where the
+// requests cover the queries, as the contract has it (a tile no unit holds keeps whatever flag
+// it had).
 //
 // Every CTA keeps the first row of each level in shared memory, so rows and their (request,
 // level) are computed, not loaded. A CTA with at most one unit task keeps its warps' counters
@@ -92,13 +100,25 @@ __device__ __forceinline__ int fused_coord_of(const int* s_level_start, const in
   return (b << 20) | l;
 }
 
+// Unit u (< s_unit_start[batch]): its request b and its queries [q0, q1) (q0 < q1).
+struct FusedUnitQueries {
+  int b;
+  int q0;
+  int q1;
+};
+__device__ __forceinline__ FusedUnitQueries fused_unit_queries(const BuildParams& p, const int* s_unit_start,
+                                                               const int* s_begin, const int* s_end, int u) {
+  const int b = last_at_most(s_unit_start, p.batch, u);
+  const int q0 = s_begin[b] + (u - s_unit_start[b]) * p.q_per_unit;
+  return FusedUnitQueries{b, q0, min(q0 + p.q_per_unit, s_end[b])};
+}
+
 // Warp `warp`'s share of unit u (< s_unit_start[batch]), as a Unit of its own queries: sub-ranges
 // of whole passes, in query order across the warps (the scatter's cursors rely on that order).
 __device__ __forceinline__ Unit fused_unit(const BuildParams& p, const int* s_unit_start, const int* s_begin,
                                            const int* s_end, const int* s_rows, int u, int warp) {
-  const int b = last_at_most(s_unit_start, p.batch, u);
-  const int q0 = s_begin[b] + (u - s_unit_start[b]) * p.q_per_unit;
-  const int q1 = min(q0 + p.q_per_unit, s_end[b]);
+  const FusedUnitQueries uq = fused_unit_queries(p, s_unit_start, s_begin, s_end, u);
+  const int b = uq.b, q0 = uq.q0, q1 = uq.q1;
   const int per_pass = 32 >> p.log_topk_pow2;
   const int passes = (q1 - q0 + per_pass - 1) / per_pass;
   const int warp_passes = (passes + kFusedWarps - 1) / kFusedWarps;
@@ -221,16 +241,21 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       ++row;
     }
   }
-  if (route_on) {  // the flags before any count reads them; their list in phase 3
-    route_cta<16>(route, cta, ctas, reinterpret_cast<std::int32_t*>(s_dyn));
-    cg::this_grid().sync();
-  }
-  __syncthreads();  // the routing tables are free
 
-  // 1. Count: each unit's edges per block, the sum of its warps' counters.
+  // 1. Routing and count: each unit task routes the tiles its queries are in (a warp per tile),
+  // then counts the unit's edges per block, the sum of its warps' counters.
   int* s_hist = s_count + static_cast<std::int64_t>(warp) * p.max_blocks;
   for (int t = cta; t < p.h_kv * units; t += ctas) {
     const int h = t / units, u = t - h * units;
+    if (route_on) {
+      const FusedUnitQueries uq = fused_unit_queries(p, s_unit_start, s_begin, s_end, u);
+      const std::int64_t tiles = tiles_per_head(p.total_q, route.q_per_tile);
+      const int entries = route.q_per_tile * route.topk;
+      std::int32_t* s_key = reinterpret_cast<std::int32_t*>(s_dyn) + warp * route_warp_ints(entries);
+      for (int i = uq.q0 / route.q_per_tile + warp; i <= (uq.q1 - 1) / route.q_per_tile; i += kFusedWarps)
+        route_tile<16>(route, h * tiles + i, tiles, lane, s_key, s_key + entries);
+      __syncthreads();  // the flags written (the count reads them), the tables free
+    }
     const Unit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
     fused_count_warp<true>(p, h, un, s_hist, lane);
     __syncthreads();
@@ -334,16 +359,22 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
     if (r == per_head - 1)  // past the head's last row, row_ptr holds its edge total
       for (int row = total_rows + tid; row <= p.max_rows; row += kFusedThreads) g_row_ptr[row] = head_edges;
+    // The tail past the head's last edge (usually none: every top-k slot an edge), a share per
+    // row task; the scatter writes below it.
+    const std::int64_t used = min(max(head_edges, 0), p.edges_per_head);
+    std::int32_t* g_qsplit = p.qsplit + h * p.edges_per_head;
+    std::int32_t* g_q_indices = p.q_indices + h * p.edges_per_head;
+    for (std::int64_t i = used + static_cast<std::int64_t>(r) * kFusedThreads + tid; i < p.edges_per_head;
+         i += static_cast<std::int64_t>(per_head) * kFusedThreads) {
+      g_q_indices[i] = -1;
+      g_qsplit[i] = qsplit::kUnused;
+    }
     if (t == 0 && tid == 0) {
       *p.total_rows = total_rows;
       *p.work_count = static_cast<int>(min(s_base.items, static_cast<unsigned long long>(p.work_capacity)));
     }
     __syncthreads();  // s_base is reused
   }
-  if (route_on && cta == ctas - 1)
-    compact_route_list<kFusedThreads, 8>(route.union_tile,
-                                         static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile)), p.h_kv,
-                                         p.union_list, p.union_count, scan_tmp.single);
   cg::this_grid().sync();
 
   // 4. Scatter: each warp's cursors, then its queries in order.
@@ -355,16 +386,29 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
       fused_count_warp<false>(p, h, un, s_hist, lane);
       __syncthreads();
     }
+    // Each block's first place: row_ptr of its row + the unit's prefix, loaded for
+    // kFusedCursorBatch blocks per thread before any is used; then the warps' cursors in turn.
     const std::int32_t* g_prefix = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
     const std::int32_t* g_row_ptr = p.row_ptr + h * stride;
-    for (int l = tid; l < un.blocks; l += kFusedThreads) {
-      const int row = fused_row_of(s_level_start, s_rows, un.b, l);
-      int cursor = __ldcg(g_row_ptr + row) + __ldcg(g_prefix + l);
+    for (int l0 = tid; l0 < un.blocks; l0 += kFusedThreads * kFusedCursorBatch) {
+      int first[kFusedCursorBatch];
 #pragma unroll
-      for (int w = 0; w < kFusedWarps; ++w) {
-        const int c = s_count[w * p.max_blocks + l];
-        s_count[w * p.max_blocks + l] = cursor;
-        cursor += c;
+      for (int k = 0; k < kFusedCursorBatch; ++k) {
+        const int l = l0 + k * kFusedThreads;
+        first[k] =
+            l < un.blocks ? __ldcg(g_row_ptr + fused_row_of(s_level_start, s_rows, un.b, l)) + __ldcg(g_prefix + l) : 0;
+      }
+#pragma unroll
+      for (int k = 0; k < kFusedCursorBatch; ++k) {
+        const int l = l0 + k * kFusedThreads;
+        if (l >= un.blocks) break;
+        int cursor = first[k];
+#pragma unroll
+        for (int w = 0; w < kFusedWarps; ++w) {
+          const int c = s_count[w * p.max_blocks + l];
+          s_count[w * p.max_blocks + l] = cursor;
+          cursor += c;
+        }
       }
     }
     __syncthreads();
@@ -372,19 +416,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     scatter_passes(p, h, un, s_hist, p.q_indices + h * edges_cap, lane);
     __syncthreads();  // the cursors are reused
   }
-
-  // The tail past each head's last edge (usually none: every top-k slot an edge).
-  for (int h = 0; h < p.h_kv; ++h) {
-    const int used = min(max(__ldcg(p.row_ptr + h * stride + p.max_rows), 0), p.edges_per_head);
-    if (used == edges_cap) continue;
-    std::int32_t* g_qsplit = p.qsplit + h * edges_cap;
-    std::int32_t* g_q_indices = p.q_indices + h * edges_cap;
-    for (std::int64_t i = used + static_cast<std::int64_t>(cta) * kFusedThreads + tid; i < edges_cap;
-         i += static_cast<std::int64_t>(ctas) * kFusedThreads) {
-      g_q_indices[i] = -1;
-      g_qsplit[i] = qsplit::kUnused;
-    }
-  }
+  // The routed tiles' list, which nothing in the launch reads, on the last CTA (a spare one
+  // without a unit task where the device holds it).
+  if (route_on && cta == ctas - 1)
+    compact_route_list<kFusedThreads, 8, true>(route.union_tile,
+                                               static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile)), p.h_kv,
+                                               p.union_list, p.union_count, scan_tmp.single);
 }
 
 }  // namespace msa::cuda::k2q

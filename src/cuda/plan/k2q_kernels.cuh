@@ -194,9 +194,10 @@ struct PassLane {
 // Whether (query q, KV head h) is routed to the tile-union kernel (PrefillPath::kAuto).
 __device__ __forceinline__ bool routed_row(const BuildParams& p, int h, int q) {
   // A plain load (L1 serves a tile's lanes; reading at L2 made the general path's plan 5-10%
-  // slower, docs/performance.md step 42). The grid and fused paths read flags that other CTAs of
-  // their launch wrote, but only after the grid barrier that follows the routing, before which
-  // no CTA loads a flag, so no L1 holds an older line.
+  // slower, docs/performance.md step 42). The grid path reads flags that other CTAs of its
+  // launch wrote, but only after the grid barrier that follows the routing, before which no CTA
+  // loads a flag, so no L1 holds an older line; a fused unit task reads only the flags of tiles
+  // its own CTA routed (another CTA may write the same value there).
   return p.union_tile != nullptr &&
          p.union_tile[static_cast<std::int64_t>(h) * p.route_per_head + q / p.route_q_per_tile] != 0;
 }

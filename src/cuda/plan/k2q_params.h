@@ -101,6 +101,7 @@ inline constexpr int kFusedWarps = kFusedThreads / 32;
 inline constexpr int kFusedMaxBatch = 64;     // requests: two per lane of one warp's scans
 inline constexpr int kFusedMaxBlocks = 4096;  // 512k tokens: 128 KB of counters
 inline constexpr int kFusedPrefixBatch = 32;  // a row's unit counts loaded together (phase 2)
+inline constexpr int kFusedCursorBatch = 4;   // blocks' first places loaded together (scatter)
 // Where k2q_device_sizes picks the fused path (step 42): where the grid path is not chosen and
 // the small path's problem is not light, up to this many queries. It planned 171-4096 queries
 // on 16k-128k prefixes in 27-55 us where the general path took 41-57; at 8192 queries (its 8

@@ -75,19 +75,32 @@ __device__ __forceinline__ TileQuery locate_uniform_query(const std::int32_t* k_
   return tile_query(k_len, b, start, start + q_per_request, q0, q);
 }
 
-// Offers `key` (not union_key::kNone) to an open-addressing table of 2^bits slots in shared
-// memory, free slots holding union_key::kNone, with fewer keys than slots: the key's slot (the
-// one it already held, or a free one it now takes), and `fresh` true for the one offer of a key
-// that took it. Any number of threads may offer at once. Shared by the routing (which counts
-// fresh keys) and the tile-union builders (which keep each key's first entry in its slot).
-__device__ __forceinline__ unsigned offer_union_key(std::int32_t* table, int bits, std::int32_t key, bool& fresh) {
-  unsigned slot = (static_cast<std::uint32_t>(key) * 2654435761u) >> (32 - bits);
+// An open-addressing table of 2^bits slots in shared memory, free slots holding
+// union_key::kNone, with fewer keys than slots. Shared by the routing (which counts fresh keys)
+// and the tile-union builders (which keep each key's first entry in its slot).
+//
+// The slot where `key`'s probe starts.
+__device__ __forceinline__ unsigned union_key_home(std::int32_t key, int bits) {
+  return (static_cast<std::uint32_t>(key) * 2654435761u) >> (32 - bits);
+}
+
+// Finishes an offer of `key` whose probe at `slot` found `held` (atomicCAS(&table[slot], kNone,
+// key)'s result): the key's slot (the one it already held, or a free one it took), and `fresh`
+// true for the one offer of a key that took it. Any number of threads may offer at once.
+__device__ __forceinline__ unsigned finish_union_offer(std::int32_t* table, int bits, std::int32_t key, unsigned slot,
+                                                       std::int32_t held, bool& fresh) {
   for (;;) {  // fewer keys than slots: a free slot or this key is always found
-    const std::int32_t held = atomicCAS(&table[slot], union_key::kNone, key);
     fresh = held == union_key::kNone;
     if (fresh || held == key) return slot;
     slot = (slot + 1) & ((1u << bits) - 1u);
+    held = atomicCAS(&table[slot], union_key::kNone, key);
   }
+}
+
+// Offers `key` (not union_key::kNone) to the table: finish_union_offer from its home slot.
+__device__ __forceinline__ unsigned offer_union_key(std::int32_t* table, int bits, std::int32_t key, bool& fresh) {
+  const unsigned slot = union_key_home(key, bits);
+  return finish_union_offer(table, bits, key, slot, atomicCAS(&table[slot], union_key::kNone, key), fresh);
 }
 
 }  // namespace msa::cuda

@@ -44,16 +44,29 @@ static_assert(kRouteWarps * route_warp_ints(kTileUnionMaxEntries) * 4 <= 48 * 10
 
 // Warp-collective (every lane of the warp calls it): routes `tile` (< h_kv * per_head) and
 // writes its flag; kLaneEntries >= q_per_tile * topk / 32 (the ids a lane holds). Entry e =
-// (tile query e / topk, slot e % topk) gets its union key (tile_keys.cuh, the keys the
-// tile-union kernel's builders compute). A key counts once towards the union: every entry
-// offers it to the table (atomicCAS), and the one offer that finds a free slot counts it, in
-// any order. An entry counts as an edge when no earlier entry
-// of its own row holds its key (at most topk - 1 compares).
+// (tile query e / topk, slot e % topk) is held by lane e % 32 as its entry e / 32. The union
+// counts each distinct (request, block) of the tile once (the keys of tile_keys.cuh, which the
+// tile-union kernel's builders compute), and an entry counts as an edge when no earlier entry of
+// its own row holds its block.
+//
+// The union is counted in the warp's shared memory (route_warp_ints), as one of two sets:
+//   - a bitmap, where the tile's requests have at most 32 bits per int of the table's blocks in
+//     all (every real case: 8192 blocks, 1M tokens, take 256 of the table's 512 or more ints):
+//     request s of the tile owns bits [first_bit_s, first_bit_s + blocks_s), and an entry's
+//     atomicOr says whether its bit was new. Every entry's goes out at once, and no entry waits
+//     on another's result;
+//   - else an open-addressing table of the keys, at most half full, which every entry offers its
+//     key to (atomicCAS, the first probes at once): the one offer that finds a free slot counts.
+// Either set gives the same count in any order.
 //
 // The warp's loads go out together: lane i < nq finds query i's request (one binary search,
 // shared through shuffles), and every id of the tile is loaded before any is used. Each entry
 // searching its request and loading its id in turn left the warp waiting on a chain of global
-// loads per 32 entries (docs/performance.md, step 36).
+// loads per 32 entries (docs/performance.md, step 36). When topk divides 32, so that a row's
+// entries are adjacent lanes of one register, one warp match per register finds each row's
+// repeated blocks (else each entry compares with the earlier ones of its row in shared memory).
+// The table's probe chains, a register at a time, and those compares had made a tile of 256
+// entries on a 128k prefix take 4-9 us (step 43).
 template <int kLaneEntries>
 __device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_t tile, std::int64_t per_head, int lane,
                                            std::int32_t* s_key, std::int32_t* s_table) {
@@ -64,7 +77,6 @@ __device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_
   const int n = nq * p.topk;  // <= 32 * kLaneEntries
   const int bits = 31 - __clz(route_table_slots(n));
   const unsigned slots = 1u << bits;
-  for (unsigned i = lane; i < slots; i += 32) s_table[i] = union_key::kNone;
 
   int segment = 0, blocks = 0;  // of query q0 + lane
   if (lane < nq) {
@@ -73,16 +85,28 @@ __device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_
     blocks = tq.blocks;
   }
   const std::int32_t* g_ids = p.ids + h * p.stride_topk_head + q0 * p.stride_topk_token;
-  std::int32_t ids[kLaneEntries];
+  std::int32_t key[kLaneEntries];  // the id; then the entry's bit or key (kNone: none)
 #pragma unroll
   for (int k = 0; k < kLaneEntries; ++k) {
     const int e = lane + 32 * k;
     const int i = e / p.topk;
-    ids[k] = e < n ? __ldg(g_ids + i * p.stride_topk_token + (e - i * p.topk)) : -1;
+    key[k] = e < n ? __ldg(g_ids + i * p.stride_topk_token + (e - i * p.topk)) : -1;
   }
-  __syncwarp();  // the table is clear
 
-  unsigned unions = 0, edges = 0;  // this lane's counts
+  // The first bit of each query's request: the blocks of the tile's requests before it (a
+  // request's queries are adjacent lanes; its first one adds its blocks to the scan).
+  const int segment_before = __shfl_up_sync(kFull, segment, 1);  // every lane: a full-warp shuffle
+  const bool seg_first = lane < nq && (lane == 0 || segment_before != segment);
+  int first_bit = seg_first ? blocks : 0;
+  for (int off = 1; off < 32; off <<= 1) {
+    const int v = __shfl_up_sync(kFull, first_bit, off);
+    if (lane >= off) first_bit += v;
+  }
+  const int total_bits = __shfl_sync(kFull, first_bit, 31);  // lanes past nq add nothing
+  first_bit -= blocks;
+  const bool bitmap = static_cast<long long>(total_bits) <= 32ll * slots;  // warp-uniform
+  const int words = bitmap ? (total_bits + 31) / 32 : static_cast<int>(slots);
+  for (int i = lane; i < words; i += 32) s_table[i] = bitmap ? 0 : union_key::kNone;
 #pragma unroll
   for (int k = 0; k < kLaneEntries; ++k) {
     if (32 * k >= n) break;  // warp-uniform
@@ -90,21 +114,65 @@ __device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_
     const int i = min(e / p.topk, 31);
     const int seg = __shfl_sync(kFull, segment, i);
     const int blk = __shfl_sync(kFull, blocks, i);
-    if (e >= n) continue;
-    const std::int32_t key = union_key::of_id(seg, ids[k], blk);
-    s_key[e] = key;
-    if (key == union_key::kNone) continue;
-    bool fresh;
-    offer_union_key(s_table, bits, key, fresh);  // at most n < slots keys
-    unions += fresh;
+    const int bit0 = __shfl_sync(kFull, first_bit, i);
+    // (bit0 >= 0 always where the requests are as the contract has them: a request's queries
+    // agree on its blocks.)
+    const bool in = e < n && key[k] >= 0 && key[k] < blk && (!bitmap || bit0 >= 0);
+    key[k] = !in ? union_key::kNone : bitmap ? bit0 + key[k] : union_key::encode(seg, key[k]);
   }
-  __syncwarp();  // every key written
-  for (int e = lane; e < n; e += 32) {
-    const std::int32_t key = s_key[e];
-    if (key == union_key::kNone) continue;
-    bool first = true;
-    for (int j = e - e % p.topk; j < e; ++j) first &= s_key[j] != key;
-    edges += first;
+  __syncwarp();  // the set is clear
+
+  // The set's atomics of up to kBatch registers go out at once (more would spill the 16-entry
+  // instance in the row map launch).
+  constexpr int kBatch = kLaneEntries < 8 ? kLaneEntries : 8;
+  unsigned unions = 0, edges = 0;  // this lane's counts
+#pragma unroll
+  for (int k0 = 0; k0 < kLaneEntries; k0 += kBatch) {
+    if (32 * k0 >= n) break;   // warp-uniform
+    std::int32_t got[kBatch];  // a bitmap word, or the key a probe found
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int k = k0 + j;
+      if (32 * k >= n) break;
+      got[j] = key[k] == union_key::kNone ? 0
+               : bitmap                   ? static_cast<std::int32_t>(
+                              atomicOr(reinterpret_cast<unsigned*>(s_table) + (key[k] >> 5), 1u << (key[k] & 31)))
+                        : atomicCAS(&s_table[union_key_home(key[k], bits)], union_key::kNone, key[k]);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int k = k0 + j;
+      if (32 * k >= n) break;
+      if (key[k] == union_key::kNone) continue;
+      bool fresh;  // the table: at most n < slots keys
+      if (bitmap)
+        fresh = (static_cast<unsigned>(got[j]) >> (key[k] & 31) & 1u) == 0u;
+      else
+        finish_union_offer(s_table, bits, key[k], union_key_home(key[k], bits), got[j], fresh);
+      unions += fresh;
+    }
+  }
+  if (32 % p.topk == 0) {  // a row is topk adjacent lanes of one register
+    const unsigned row_lanes = (p.topk == 32 ? kFull : (1u << p.topk) - 1u) << (lane / p.topk * p.topk);
+    const unsigned below = row_lanes & ((1u << lane) - 1u);
+#pragma unroll
+    for (int k = 0; k < kLaneEntries; ++k) {
+      if (32 * k >= n) break;
+      const unsigned peers = __match_any_sync(kFull, key[k]);
+      edges += key[k] != union_key::kNone && (peers & below) == 0u;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kLaneEntries; ++k)
+      if (lane + 32 * k < n) s_key[lane + 32 * k] = key[k];
+    __syncwarp();  // every key written
+    for (int e = lane; e < n; e += 32) {
+      const std::int32_t key_e = s_key[e];
+      if (key_e == union_key::kNone) continue;
+      bool first = true;
+      for (int j = e - e % p.topk; j < e; ++j) first &= s_key[j] != key_e;
+      edges += first;
+    }
   }
   for (int off = 16; off > 0; off >>= 1) {
     unions += __shfl_xor_sync(kFull, unions, off);
@@ -131,8 +199,9 @@ __device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int
 
 // CTA-collective (all kThreads threads): the flagged tiles of `flags` [h_kv * per_head] in rank
 // order (tile_of_rank) into list, their number into *count. kItems consecutive ranks per thread
-// and one block scan per round.
-template <int kThreads, int kItems>
+// and one block scan per round. kAtL2: the flags are read at L2 (other CTAs of the same launch
+// wrote them, and this CTA's L1 may hold lines it read earlier).
+template <int kThreads, int kItems, bool kAtL2 = false>
 __device__ __forceinline__ void compact_route_list(const std::uint8_t* flags, int per_head, int h_kv,
                                                    std::int32_t* list, std::int32_t* count,
                                                    typename cub::BlockScan<int, kThreads>::TempStorage& scan_tmp) {
@@ -147,7 +216,7 @@ __device__ __forceinline__ void compact_route_list(const std::uint8_t* flags, in
     unsigned mine = 0;
 #pragma unroll
     for (int k = 0; k < kItems; ++k)
-      if (r0 + k < tiles && flags[tile_at(r0 + k)] != 0) mine |= 1u << k;
+      if (r0 + k < tiles && (kAtL2 ? __ldcg(flags + tile_at(r0 + k)) : flags[tile_at(r0 + k)]) != 0) mine |= 1u << k;
     int ex = 0, agg = 0;
     Scan(scan_tmp).ExclusiveSum(__popc(mine), ex, agg);
     int at = listed + ex;
