@@ -86,8 +86,10 @@ inline constexpr int kGridMaxTopk = 32;
 // Where k2q_device_sizes picks the grid path (H100, docs/performance.md steps 41 and 42): it
 // planned 64-512 queries in 27-45 us (graph replays) where the small path took 19-67 and the
 // general path 40-46, but a single request of 1-64 queries took 17-27 us against the small
-// path's 14-19. The fused path planned 171-256 queries 1-2 us faster in graph replays, but the
-// eager calls were 3-8 us slower there; from 512 queries they were 5-16 us faster.
+// path's 14-19. The fused path planned 171-256 queries 1-4 us faster in graph replays, but the
+// eager calls were 3-8 us slower there (step 42), and after step 43 no faster (within 2 us;
+// 1-16 queries of 4 requests on 128k prefixes 4-6 us slower); from 512 queries they were 5-16
+// us faster.
 inline constexpr int kGridChosenQueries = 256;
 inline constexpr int kGridSmallSlots = 1024;   // small path chosen and at most this many slots ...
 inline constexpr int kGridSmallPairs = 12288;  // ... and (head, row) pairs: the small path stays
@@ -102,10 +104,10 @@ inline constexpr int kFusedMaxBatch = 64;     // requests: two per lane of one w
 inline constexpr int kFusedMaxBlocks = 4096;  // 512k tokens: 128 KB of counters
 inline constexpr int kFusedPrefixBatch = 32;  // a row's unit counts loaded together (phase 2)
 inline constexpr int kFusedCursorBatch = 4;   // blocks' first places loaded together (scatter)
-// Where k2q_device_sizes picks the fused path (step 42): where the grid path is not chosen and
-// the small path's problem is not light, up to this many queries. It planned 171-4096 queries
-// on 16k-128k prefixes in 27-55 us where the general path took 41-57; at 8192 queries (its 8
-// warps per SM walking 32 queries each) it took 72-84 us against 62-67.
+// Where k2q_device_sizes picks the fused path (steps 42 and 43): where the grid path is not
+// chosen and the small path's problem is not light, up to this many queries. It planned
+// 171-4096 queries on 16k-128k prefixes in 24-43 us where the general path took 39-53; at 8192
+// queries (its 8 warps per SM walking 32 queries each) it took 63.5 us against 61.2.
 inline constexpr int kFusedChosenQueries = 4096;
 static_assert(kFusedMaxBatch <= 64, "the unit scan holds two requests per lane");
 static_assert(kFusedMaxBlocks < (1 << 20), "a row's block fits 20 bits of its coordinate word");
