@@ -749,6 +749,15 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   add("4096_on_128k", chunk(4096, 131072, 1));
   add("S8k_B1_random", std::vector<Request>{{8192, 8192}});
   add("S16k_B1_random", std::vector<Request>{{16384, 16384}});
+  // Tile-shared selections, whose run is short (the tile-union kernel): the plan's share is
+  // largest there.
+  const auto add_shared = [&timed](const char* name, std::vector<Request> requests) {
+    timed.push_back({name, 4, 16, 64, std::move(requests), Selection::kTileShared, Mutation::kNone, 0,
+                     21 + static_cast<std::uint64_t>(timed.size())});
+  };
+  add_shared("S8k_B1_shared", std::vector<Request>{{8192, 8192}});
+  add_shared("S12k_B1_shared", std::vector<Request>{{12288, 12288}});
+  add_shared("4k_x2_shared", chunk(4096, 4096, 2));
   // MSA_PLAN_TIMING_CASE=<name>: that case only (e.g. under a profiler).
   const char* only = std::getenv("MSA_PLAN_TIMING_CASE");
   for (const PlanCase& c : timed) {

@@ -51,8 +51,9 @@ static_assert(kRouteWarps * route_warp_ints(kTileUnionMaxEntries) * 4 <= 48 * 10
 //
 // The union is counted in the warp's shared memory (route_warp_ints), as one of two sets:
 //   - a bitmap, where the tile's requests have at most 32 bits per int of the table's blocks in
-//     all (every real case: 8192 blocks, 1M tokens, take 256 of the table's 512 or more ints):
-//     request s of the tile owns bits [first_bit_s, first_bit_s + blocks_s), and an entry's
+//     all (the table holds 2 ints per entry of the tile or more, so 64 blocks per entry: a tile
+//     of 8 queries of top-16 holds 8192 blocks, 1M tokens, across its requests): request s of
+//     the tile owns bits [first_bit_s, first_bit_s + blocks_s), and an entry's
 //     atomicOr says whether its bit was new. Every entry's goes out at once, and no entry waits
 //     on another's result;
 //   - else an open-addressing table of the keys, at most half full, which every entry offers its
@@ -65,7 +66,7 @@ static_assert(kRouteWarps * route_warp_ints(kTileUnionMaxEntries) * 4 <= 48 * 10
 // loads per 32 entries (docs/performance.md, step 36). When topk divides 32, so that a row's
 // entries are adjacent lanes of one register, one warp match per register finds each row's
 // repeated blocks (else each entry compares with the earlier ones of its row in shared memory).
-// The table's probe chains, a register at a time, and those compares had made a tile of 256
+// The table's probe chains, a register at a time, and those compares had made a tile of 128
 // entries on a 128k prefix take 4-9 us (step 43).
 template <int kLaneEntries>
 __device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_t tile, std::int64_t per_head, int lane,
