@@ -432,15 +432,14 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
   MSA_CUDA_CHECK(
       cub::DeviceScan::ExclusiveSum(out.cub_temp, temp_bytes, scan_in, p.row_scan, static_cast<int>(n_scan), stream));
 
-  const auto finalize_ctas =
-      static_cast<unsigned>(finalize_list_ctas(p) + finalize_row_ctas(p) + finalize_item_ctas(p));
+  const auto finalize_ctas = static_cast<unsigned>(finalize_row_ctas(p) + finalize_item_ctas(p));
   k2q_finalize_kernel<<<finalize_ctas, kFinalizeThreads, 0, stream>>>(p);
   k2q_scatter_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
 
-  const dim3 tail_grid(
-      static_cast<unsigned>(std::clamp<std::int64_t>(ceil_div(g.edges_per_head, kTailThreads), 1, kTailMaxCtasPerHead)),
-      static_cast<unsigned>(g.h_kv));
-  k2q_finish_kernel<<<tail_grid, kTailThreads, 0, stream>>>(p);
+  const int tail_ctas =
+      static_cast<int>(std::clamp<std::int64_t>(ceil_div(g.edges_per_head, kTailThreads), 1, kTailMaxCtasPerHead));
+  const auto finish_ctas = static_cast<unsigned>(finish_list_ctas(p) + static_cast<std::int64_t>(tail_ctas) * g.h_kv);
+  k2q_finish_kernel<<<finish_ctas, kTailThreads, 0, stream>>>(p, tail_ctas);
   MSA_CUDA_CHECK(cudaGetLastError());
 }
 

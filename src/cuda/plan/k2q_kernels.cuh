@@ -14,14 +14,15 @@
 //                  the row's (edges, work items).
 //      flat scan   cub::DeviceScan over [h_kv, max_rows + 1] (edges, items) pairs (launched by
 //                  build_k2q_device), rows past total_rows read as zeros.
-//      finalize    one launch, three kinds of CTA: row_ptr (the flat scan minus the head's
-//                  base) and work_count; one thread per work slot writing its WorkItem (binary
-//                  search over the scan); and, when the planner routed, one CTA compacting the
-//                  routed tiles' list (tile_route.cuh).
+//      finalize    one launch, two kinds of CTA: row_ptr (the flat scan minus the head's base)
+//                  and work_count; one thread per work slot writing its WorkItem (binary
+//                  search over the scan).
 //   4. scatter     the count warps again: per-block cursors = row_ptr + unit prefix, qsplit
 //                  placed in query order (lane order within a pass) with no global atomics, so
 //                  every row is q-ascending exactly as the host's sequential writer leaves it.
-//   5. finish      q_indices = qsplit::query(qsplit) (coalesced), -1 after each head's last edge.
+//   5. finish      q_indices = qsplit::query(qsplit) (coalesced), -1 after each head's last edge;
+//                  and, when the planner routed, one CTA compacting the routed tiles' list
+//                  (tile_route.cuh).
 //
 // Per query the selection is the set of ids in [0, rows_b) and a kept id's slot is the number
 // of kept ids below it: a warp holds 32 / K' queries (K' = next power of two >= topk), one id
@@ -262,8 +263,9 @@ __device__ __forceinline__ PassLane analyse_pass(const BuildParams& p, int id, i
 
 // One warp's counts per block of the queries [u.q_begin, u.q_end) into s_hist (which the caller
 // zeroed, [u.blocks]; it syncs the warp before reading them); kSplit: also their split counts.
-// kPassBatch passes' loads go out together. Warp-collective; the general path's count warps and
-// the fused path's warps.
+// kPassBatch passes' loads go out together, and a pass without an id (its rows routed: no id is
+// loaded for them) only writes its split counts (step 44). Warp-collective; the general path's
+// count warps and the fused path's warps.
 template <bool kSplit>
 __device__ __forceinline__ void count_passes(const BuildParams& p, int h, Unit u, int* s_hist, int lane) {
   const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
@@ -276,7 +278,13 @@ __device__ __forceinline__ void count_passes(const BuildParams& p, int h, Unit u
 #pragma unroll
     for (int k = 0; k < kPassBatch; ++k) {
       const int q0 = q_batch + k * q_per_pass;
-      if (q0 >= u.q_end) break;                                                        // warp-uniform
+      if (q0 >= u.q_end) break;                   // warp-uniform
+      if (!__any_sync(kFullMask, ids[k] >= 0)) {  // no id in the pass (routed rows): no edge, no analysis
+        const int q = q0 + (lane >> p.log_topk_pow2);
+        if (kSplit && (lane & (p.topk_pow2 - 1)) == 0 && q < u.q_end)
+          p.split_counts[static_cast<std::int64_t>(q) * p.h_kv + h] = routed_row(p, h, q) ? 1 : 0;
+        continue;
+      }
       const PassLane e = analyse_pass<false>(p, ids[k], q0, u.q_end, u.blocks, lane);  // no slot needed
       if (e.keep) atomicAdd(&s_hist[e.id], 1);
       if (kSplit && e.seg_head)
@@ -289,7 +297,7 @@ __device__ __forceinline__ void count_passes(const BuildParams& p, int h, Unit u
 // block's next place, advanced here), in query order: lanes of a pass on the same block take
 // consecutive places in lane order, which is query order, with no global atomics. Writes qsplit,
 // and q_indices where g_q_indices is not null (the general path derives it in its finish pass,
-// coalesced). Warp-collective.
+// coalesced). A pass without an id (its rows routed) places nothing and is skipped. Warp-collective.
 __device__ __forceinline__ void scatter_passes(const BuildParams& p, int h, Unit u, int* s_cursor,
                                                std::int32_t* g_q_indices, int lane) {
   const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
@@ -304,7 +312,8 @@ __device__ __forceinline__ void scatter_passes(const BuildParams& p, int h, Unit
 #pragma unroll
     for (int k = 0; k < kPassBatch; ++k) {
       const int q0 = q_batch + k * q_per_pass;
-      if (q0 >= u.q_end) break;  // warp-uniform
+      if (q0 >= u.q_end) break;                           // warp-uniform
+      if (!__any_sync(kFullMask, ids[k] >= 0)) continue;  // no id in the pass (routed rows): nothing to place
       const PassLane e = analyse_pass<true>(p, ids[k], q0, u.q_end, u.blocks, lane);
       // A lane that keeps nothing matches only itself.
       const unsigned peers = __match_any_sync(kFullMask, e.keep ? e.id : -1 - lane);
@@ -436,10 +445,9 @@ __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(cons
   }
 }
 
-// ---- stage 3b: row_ptr, work_count; work items; the routed tiles' list --------------------
+// ---- stage 3b: row_ptr, work_count; work items ------------------------------------------------
 
-// CTAs of the finalize launch: [route list (when the planner routed: one), row_ptr, items].
-__host__ __device__ inline int finalize_list_ctas(const BuildParams& p) { return p.union_list != nullptr ? 1 : 0; }
+// CTAs of the finalize launch: [row_ptr, items].
 __host__ __device__ inline int finalize_row_ctas(const BuildParams& p) {
   const std::int64_t n = (static_cast<std::int64_t>(p.max_rows) + 1) * p.h_kv;
   return static_cast<int>((n + kFinalizeThreads - 1) / kFinalizeThreads);
@@ -488,14 +496,7 @@ __device__ __forceinline__ void finalize_item(const BuildParams& p, unsigned w) 
 }
 
 __global__ void __launch_bounds__(kFinalizeThreads) k2q_finalize_kernel(const BuildParams p) {
-  __shared__ typename cub::BlockScan<int, kFinalizeThreads>::TempStorage list_scan;
   int cta = blockIdx.x;
-  if (cta < finalize_list_ctas(p)) {  // CTA-uniform
-    compact_route_list<kFinalizeThreads, kRouteListItems>(p.union_tile, p.route_per_head, p.h_kv, p.union_list,
-                                                          p.union_count, list_scan);
-    return;
-  }
-  cta -= finalize_list_ctas(p);
   if (cta < finalize_row_ctas(p)) {
     finalize_row_ptr(p, static_cast<std::int64_t>(cta) * kFinalizeThreads + threadIdx.x);
     return;
@@ -523,16 +524,30 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_scatter_kernel(const B
   scatter_passes(p, h, unit, s_cursor, nullptr, lane);  // q_indices: the finish pass
 }
 
-// ---- stage 5: q_indices and the -1 tail --------------------------------------------------------
+// ---- stage 5: q_indices and the -1 tail; the routed tiles' list --------------------------------
 
-__global__ void __launch_bounds__(kTailThreads) k2q_finish_kernel(const BuildParams p) {
-  const int h = blockIdx.y;
+// CTAs: finish_list_ctas(p) listing the routed tiles (compact_route_list; nothing in the plan
+// reads the list, so it runs beside the tail rather than as the finalize launch's longest CTA,
+// step 44), then tail_ctas per KV head, head-major.
+__host__ __device__ inline int finish_list_ctas(const BuildParams& p) { return p.union_list != nullptr ? 1 : 0; }
+
+__global__ void __launch_bounds__(kTailThreads) k2q_finish_kernel(const BuildParams p, int tail_ctas) {
+  __shared__ typename cub::BlockScan<int, kTailThreads>::TempStorage list_scan;
+  int cta = static_cast<int>(blockIdx.x);
+  if (cta < finish_list_ctas(p)) {  // CTA-uniform
+    compact_route_list<kTailThreads, kRouteListItems>(p.union_tile, p.route_per_head, p.h_kv, p.union_list,
+                                                      p.union_count, list_scan);
+    return;
+  }
+  cta -= finish_list_ctas(p);
+  const int h = cta / tail_ctas;
+  const int x = cta - h * tail_ctas;
   const std::int64_t stride = static_cast<std::int64_t>(p.max_rows) + 1;
   const int used = min(max(p.row_ptr[h * stride + p.max_rows], 0), p.edges_per_head);
   std::int32_t* g_q_indices = p.q_indices + static_cast<std::int64_t>(h) * p.edges_per_head;
   std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kTailThreads + threadIdx.x; i < p.edges_per_head;
-       i += static_cast<std::int64_t>(gridDim.x) * kTailThreads) {
+  for (std::int64_t i = static_cast<std::int64_t>(x) * kTailThreads + threadIdx.x; i < p.edges_per_head;
+       i += static_cast<std::int64_t>(tail_ctas) * kTailThreads) {
     if (i < used) {
       g_q_indices[i] = qsplit::query(g_qsplit[i]);
     } else {

@@ -16,7 +16,7 @@ inline constexpr int kPrefixWarps = 16;       // unit prefix CTA: warps split th
 inline constexpr int kPrefixBatch = 8;        // counts loaded before they are summed
 inline constexpr int kPassBatch = 4;          // top-k passes loaded ahead of their analysis
 inline constexpr int kFinalizeThreads = 256;  // row_ptr and work items: one thread per entry
-inline constexpr int kRouteListItems = 32;    // the finalize launch's list CTA: ranks per thread and round
+inline constexpr int kRouteListItems = 32;    // the finish launch's list CTA: ranks per thread and round
 inline constexpr int kTailThreads = 256;      // finish pass
 inline constexpr int kTailMaxCtasPerHead = 1024;
 inline constexpr int kMaxUnitWarps = 8;    // count/scatter CTA
@@ -141,7 +141,7 @@ struct BuildParams {
   std::uint8_t* route_tile_out;  // [h_kv, route_per_head]
   // When the planner routed (either path; null otherwise): the flagged tiles in rank order
   // (tile_of_rank; compact_route_list, tile_route.cuh). The general path compacts union_tile
-  // (which its route/map launch wrote) in its finalize launch.
+  // (which its route/map launch wrote) in its finish launch.
   std::int32_t* union_list;   // [h_kv * route_per_head]
   std::int32_t* union_count;  // [1]
   // outputs

@@ -1,7 +1,7 @@
 // The planner's PrefillPath::kAuto routing, device side (rule and CPU twin: core/tile_route.h):
 // the warp that routes one tile, and the CTA that compacts the flagged tiles into the
 // tile-union kernel's list. The k2q planner's general path routes in CTAs of its row map's
-// launch and compacts in a CTA of its finalize launch (k2q_kernels.cuh); its small path routes
+// launch and compacts in a CTA of its finish launch (k2q_kernels.cuh); its small path routes
 // its own way and compacts in its finish CTA (k2q_small_kernels.cuh). So the routing adds no
 // launch of its own.
 #pragma once
