@@ -719,10 +719,11 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
 TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   MSA_SKIP_WITHOUT_GPU();
   const auto chunk = [](int q, int prefix, int count) { return std::vector<Request>(count, Request{q, q + prefix}); };
-  // Random selections, h_kv 4, topk 16, q_per_item 64; seeds 21, 22, ... in table order.
+  // Random selections (tile-shared where named), h_kv 4, topk 16, q_per_item 64; seeds 21, 22,
+  // ... in table order.
   std::vector<PlanCase> timed;
-  const auto add = [&timed](const char* name, std::vector<Request> requests) {
-    timed.push_back({name, 4, 16, 64, std::move(requests), Selection::kRandom, Mutation::kNone, 0,
+  const auto add = [&timed](const char* name, std::vector<Request> requests, Selection selection = Selection::kRandom) {
+    timed.push_back({name, 4, 16, 64, std::move(requests), selection, Mutation::kNone, 0,
                      21 + static_cast<std::uint64_t>(timed.size())});
   };
   add("S32k_B1_random", std::vector<Request>{{32768, 32768}});
@@ -751,13 +752,9 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   add("S16k_B1_random", std::vector<Request>{{16384, 16384}});
   // Tile-shared selections, whose run is short (the tile-union kernel): the plan's share is
   // largest there.
-  const auto add_shared = [&timed](const char* name, std::vector<Request> requests) {
-    timed.push_back({name, 4, 16, 64, std::move(requests), Selection::kTileShared, Mutation::kNone, 0,
-                     21 + static_cast<std::uint64_t>(timed.size())});
-  };
-  add_shared("S8k_B1_shared", std::vector<Request>{{8192, 8192}});
-  add_shared("S12k_B1_shared", std::vector<Request>{{12288, 12288}});
-  add_shared("4k_x2_shared", chunk(4096, 4096, 2));
+  add("S8k_B1_shared", std::vector<Request>{{8192, 8192}}, Selection::kTileShared);
+  add("S12k_B1_shared", std::vector<Request>{{12288, 12288}}, Selection::kTileShared);
+  add("4k_x2_shared", chunk(4096, 4096, 2), Selection::kTileShared);
   // MSA_PLAN_TIMING_CASE=<name>: that case only (e.g. under a profiler).
   const char* only = std::getenv("MSA_PLAN_TIMING_CASE");
   for (const PlanCase& c : timed) {
