@@ -111,7 +111,16 @@ struct GpuResult {
   std::vector<float> lse;          // [total_q, h_q]
 };
 
-void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, GpuResult& r) {
+// The prefill's routed form: only the rows of the first `count` (KV head, query tile) pairs of
+// `list` are merged.
+struct ListedPairs {
+  int q_per_tile = 1;
+  std::vector<std::int32_t> list;  // [h_kv * tiles_per_head]; entries past count are junk
+  std::int32_t count = 0;
+};
+
+void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, GpuResult& r,
+             const ListedPairs* listed = nullptr) {
   const int row_elems = c.d + c.out_head_pad;
   const std::size_t out_elems = static_cast<std::size_t>(c.total_q) * c.h_q * row_elems;
   DeviceBuffer o(in.o_partial.bytes()), l(in.lse_partial.bytes()), n(in.split_counts.bytes()),
@@ -141,6 +150,16 @@ void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, G
   p.topk = c.topk;
   p.uniform_count = 1;
   p.out_fp16 = c.fp16_out;
+  DeviceBuffer d_list(listed != nullptr ? listed->list.size() * 4 : 0), d_count(4);
+  if (listed != nullptr) {
+    ASSERT_TRUE(d_list.get() && d_count.get());
+    CUDA_OK(cudaMemcpy(d_list.get(), listed->list.data(), listed->list.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_count.get(), &listed->count, 4, cudaMemcpyHostToDevice));
+    p.tile_list = static_cast<const std::int32_t*>(d_list.get());
+    p.tile_count = static_cast<const std::int32_t*>(d_count.get());
+    p.q_per_tile = listed->q_per_tile;
+    p.tiles_per_head = (c.total_q + listed->q_per_tile - 1) / listed->q_per_tile;
+  }
   CUDA_OK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -152,7 +171,6 @@ void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, G
   CUDA_OK(cudaMemcpy(r.out.data(), out.get(), out_elems * 2, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(r.lse.data(), lse.get(), r.lse.size() * 4, cudaMemcpyDeviceToHost));
 }
-
 
 bool built(msa::DType partial) {
   bool found = false;
@@ -220,6 +238,68 @@ TEST_P(CombineCuda, MatchesReferenceAndIsReproducible) {
   EXPECT_FALSE(msa::test::any_nan(got_lse)) << "lse";
   EXPECT_TRUE(msa::test::close(got_out, ref_out)) << "out";
   EXPECT_TRUE(msa::test::close(got_lse, ref_lse, msa::test::kLseTolerance)) << "lse";
+}
+
+// Listed pairs (the prefill's routing): each listed pair's rows bitwise as in the every-row
+// launch, every other row untouched; tile sizes that split and do not split the CTA's rows
+// (1, 5, 8 and 32 queries); a count past the pairs (clamped) and junk past the count (never
+// read).
+TEST_P(CombineCuda, ListedPairsOnly) {
+  MSA_SKIP_WITHOUT_GPU();
+  const CombineCase& c = GetParam();
+  const CombineInputs in = make_inputs(c);
+  GpuResult every;
+  run_gpu(c, in, /*programmatic=*/false, every);
+  const int group = c.h_q / c.h_kv;
+  const int row_elems = c.d + c.out_head_pad;
+  std::mt19937_64 rng(c.seed * 77 + 5);
+  for (const int q_per_tile : {1, 5, 8, 32}) {
+    if (q_per_tile * group > 128) continue;  // the union tile's limit (kTileUnionRows)
+    const std::int64_t per_head = (c.total_q + q_per_tile - 1) / q_per_tile;
+    const std::int64_t pairs = c.h_kv * per_head;
+    for (const int variant : {0, 1}) {
+      SCOPED_TRACE("q_per_tile " + std::to_string(q_per_tile) + " variant " + std::to_string(variant));
+      ListedPairs lp;
+      lp.q_per_tile = q_per_tile;
+      std::vector<std::int32_t> order(static_cast<std::size_t>(pairs));
+      for (std::int64_t i = 0; i < pairs; ++i) order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<char> on(static_cast<std::size_t>(pairs), 0);
+      if (variant == 1) {  // every pair, the count past them
+        lp.list = order;
+        lp.count = static_cast<std::int32_t>(pairs + 7);
+      } else {  // about half, then junk
+        for (const std::int32_t t : order)
+          if (rng() % 2 == 0) lp.list.push_back(t);
+        lp.count = static_cast<std::int32_t>(lp.list.size());
+        while (static_cast<std::int64_t>(lp.list.size()) < pairs) lp.list.push_back(lp.list.size() % 2 ? -3 : 1 << 30);
+      }
+      for (std::int32_t i = 0; i < std::min<std::int64_t>(lp.count, pairs); ++i) on[lp.list[i]] = 1;
+      GpuResult got;
+      run_gpu(c, in, /*programmatic=*/true, got, &lp);
+      int merged = 0;
+      for (std::int64_t q = 0; q < c.total_q; ++q)
+        for (int h = 0; h < c.h_q; ++h) {
+          const std::int64_t row = q * c.h_q + h;
+          const bool listed = on[static_cast<std::size_t>((h / group) * per_head + q / q_per_tile)] != 0;
+          merged += listed;
+          const std::uint16_t* o = got.out.data() + row * row_elems;
+          if (listed) {
+            ASSERT_EQ(std::memcmp(o, every.out.data() + row * row_elems, std::size_t(c.d) * 2), 0) << "row " << row;
+            ASSERT_EQ(std::memcmp(&got.lse[row], &every.lse[row], 4), 0) << "row " << row;
+          } else {
+            for (int i = 0; i < c.d; ++i) ASSERT_EQ(o[i], 0x7f7f) << "row " << row << " written";
+            std::uint32_t bits;
+            std::memcpy(&bits, &got.lse[row], 4);
+            ASSERT_EQ(bits, 0x7f7f7f7fu) << "row " << row << " lse written";
+          }
+        }
+      EXPECT_GT(merged, 0);
+      if (variant != 1) {
+        EXPECT_LT(merged, c.total_q * c.h_q);
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CombineCuda, ::testing::ValuesIn(cases()),

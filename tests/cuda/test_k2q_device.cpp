@@ -237,15 +237,18 @@ struct DevicePlan {
 // Device outputs and scratch of the planner's own routing (K2qDeviceInputs::route), poisoned.
 struct RouteBuffers {
   std::int64_t tiles;
-  DeviceBuffer tile, list, count;
+  DeviceBuffer tile, list, count, rest, rest_count;
   msa::cuda::TileRouteParams params{};
   RouteBuffers(const PlanCase& c, const PlanInputs& in, const DevicePlan& dp, int q_per_tile)
       : tiles(msa::cuda::tile_route_tiles(c.h_kv, in.total_q, q_per_tile)),
         tile(static_cast<std::size_t>(tiles)),
         list(static_cast<std::size_t>(tiles) * 4),
-        count(4) {
+        count(4),
+        rest(static_cast<std::size_t>(tiles) * 4),
+        rest_count(4) {
     // Poisoned, so that an output the planner forgets shows.
     EXPECT_EQ(cudaMemset(count.get(), 0xA5, 4), cudaSuccess);
+    EXPECT_EQ(cudaMemset(rest_count.get(), 0xA5, 4), cudaSuccess);
     EXPECT_EQ(cudaMemset(tile.get(), 0xA5, static_cast<std::size_t>(std::max<std::int64_t>(tiles, 1))), cudaSuccess);
     EXPECT_EQ(cudaMemset(list.get(), 0xA5, static_cast<std::size_t>(std::max<std::int64_t>(tiles, 1)) * 4),
               cudaSuccess);
@@ -264,6 +267,8 @@ struct RouteBuffers {
     params.union_tile = static_cast<std::uint8_t*>(tile.get());
     params.union_list = static_cast<std::int32_t*>(list.get());
     params.union_count = static_cast<std::int32_t*>(count.get());
+    params.combine_list = static_cast<std::int32_t*>(rest.get());
+    params.combine_count = static_cast<std::int32_t*>(rest_count.get());
   }
 };
 
@@ -620,10 +625,10 @@ TEST_P(K2qDevice, RoutesByTheRule) {
     }
     CUDA_OK(cudaMemcpy(&count, d_count.get(), 4, cudaMemcpyDeviceToHost));
     expect_same(flags, got, "union_tile");
-    std::vector<std::int32_t> want_list;
+    std::vector<std::int32_t> want_list, want_rest;  // in rank order: flagged, the others
     for (std::int64_t r = 0; r < tiles; ++r) {
       const std::int64_t t = msa::tile_of_rank(r, tiles / c.h_kv, c.h_kv);
-      if (flags[static_cast<std::size_t>(t)] != 0) want_list.push_back(static_cast<std::int32_t>(t));
+      (flags[static_cast<std::size_t>(t)] != 0 ? want_list : want_rest).push_back(static_cast<std::int32_t>(t));
     }
     ASSERT_EQ(count, static_cast<std::int32_t>(want_list.size())) << "union_count";
     std::vector<std::int32_t> list(want_list.size());
@@ -631,6 +636,14 @@ TEST_P(K2qDevice, RoutesByTheRule) {
       CUDA_OK(cudaMemcpy(list.data(), d_list.get(), list.size() * 4, cudaMemcpyDeviceToHost));
     }
     expect_same(want_list, list, "union_list");
+    std::int32_t rest_count = -1;
+    CUDA_OK(cudaMemcpy(&rest_count, route.rest_count.get(), 4, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(rest_count, static_cast<std::int32_t>(want_rest.size())) << "combine_count";
+    std::vector<std::int32_t> rest(want_rest.size());
+    if (!rest.empty()) {
+      CUDA_OK(cudaMemcpy(rest.data(), route.rest.get(), rest.size() * 4, cudaMemcpyDeviceToHost));
+    }
+    expect_same(want_rest, rest, "combine_list");
   }
 }
 

@@ -85,10 +85,10 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
                             c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
   const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, w.total_q, q_per_tile);
   ASSERT_EQ(static_cast<std::int64_t>(want.size()), tiles);
-  std::vector<std::int32_t> want_list;  // in rank order
+  std::vector<std::int32_t> want_list, want_rest;  // in rank order: flagged, the others
   for (std::int64_t r = 0; r < tiles; ++r) {
     const std::int64_t t = msa::tile_of_rank(r, tiles / c.h_kv, c.h_kv);
-    if (want[static_cast<std::size_t>(t)] != 0) want_list.push_back(static_cast<std::int32_t>(t));
+    (want[static_cast<std::size_t>(t)] != 0 ? want_list : want_rest).push_back(static_cast<std::int32_t>(t));
   }
   if (c.expect == Expect::kAllUnion) {
     EXPECT_EQ(want_list.size(), want.size()) << c.name;
@@ -117,12 +117,15 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
                                            : "general path");
     sizes.geo.path = path;
     const DeviceBuffer workspace(sizes.total), d_flags(static_cast<std::size_t>(tiles)),
-        d_list(static_cast<std::size_t>(tiles) * 4), d_count(4);
-    ASSERT_TRUE(workspace && d_flags && d_list && d_count);
+        d_list(static_cast<std::size_t>(tiles) * 4), d_count(4), d_rest(static_cast<std::size_t>(tiles) * 4),
+        d_rest_count(4);
+    ASSERT_TRUE(workspace && d_flags && d_list && d_count && d_rest && d_rest_count);
     msa::cuda::Arena arena(workspace.get());
     const msa::cuda::K2qDeviceBuffers buffers = msa::cuda::k2q_device_layout(sizes.geo, arena);
     CUDA_OK(cudaMemset(d_flags.get(), 0x5a, static_cast<std::size_t>(tiles)));  // every flag must be written
     CUDA_OK(cudaMemset(d_count.get(), 0xff, 4));
+    CUDA_OK(cudaMemset(d_rest_count.get(), 0xff, 4));
+    CUDA_OK(cudaMemset(d_rest.get(), 0x5a, static_cast<std::size_t>(tiles) * 4));
     msa::cuda::TileRouteParams p{};
     p.ids = d_ids.as<const std::int32_t>();
     p.stride_topk_head = w.total_q * c.topk;
@@ -138,6 +141,8 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
     p.union_tile = d_flags.as<std::uint8_t>();
     p.union_list = d_list.as<std::int32_t>();
     p.union_count = d_count.as<std::int32_t>();
+    p.combine_list = d_rest.as<std::int32_t>();
+    p.combine_count = d_rest_count.as<std::int32_t>();
     msa::cuda::K2qDeviceInputs in{};
     in.cu_seqlens_q = p.cu_seqlens_q;
     in.k_len = p.k_len;
@@ -156,6 +161,12 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
     std::vector<std::int32_t> list(want_list.size());
     CUDA_OK(cudaMemcpy(list.data(), d_list.get(), list.size() * 4, cudaMemcpyDeviceToHost));
     EXPECT_EQ(list, want_list) << c.name;
+    std::int32_t rest_count = -1;
+    CUDA_OK(cudaMemcpy(&rest_count, d_rest_count.get(), 4, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(rest_count, static_cast<std::int32_t>(want_rest.size())) << c.name << " combine_count";
+    std::vector<std::int32_t> rest(want_rest.size());
+    CUDA_OK(cudaMemcpy(rest.data(), d_rest.get(), rest.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(rest, want_rest) << c.name << " combine_list";
   }
 }
 

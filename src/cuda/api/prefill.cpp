@@ -158,6 +158,8 @@ class PrefillCuda final : public SparsePrefill::Impl {
       rp.union_tile = ws_.union_tile;
       rp.union_list = ws_.union_list;
       rp.union_count = ws_.union_count;
+      rp.combine_list = ws_.combine_list;
+      rp.combine_count = ws_.combine_count;
       in.route = &rp;  // the planner routes first (in its own head CTAs on the small path)
     }
     if (!union_only_) build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
@@ -224,7 +226,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
     c.o_partial = ws_.o_partial;
     c.lse_partial = ws_.lse_partial;
     c.split_counts = ws_.k2q.split_counts;
-    c.union_tile = routed_ ? ws_.union_tile : nullptr;  // rows the union kernel wrote
+    // Routed: the combine merges only the rows of tiles the union kernel did not take.
+    c.tile_list = routed_ ? ws_.combine_list : nullptr;
+    c.tile_count = routed_ ? ws_.combine_count : nullptr;
     c.q_per_tile = q_per_tile;
     c.tiles_per_head = tiles_per_head(planned_total_q_, q_per_tile);
     c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;

@@ -36,6 +36,8 @@ PrefillWorkspace prefill_workspace(const AttentionShape& shape, const ProblemSiz
     w.union_tile = arena.take<std::uint8_t>(static_cast<std::size_t>(w.tiles));
     w.union_list = arena.take<std::int32_t>(static_cast<std::size_t>(w.tiles));
     w.union_count = arena.take<std::int32_t>(1);
+    w.combine_list = arena.take<std::int32_t>(static_cast<std::size_t>(w.tiles));
+    w.combine_count = arena.take<std::int32_t>(1);
   }
   w.bytes = arena.bytes();
   return w;

@@ -27,6 +27,8 @@ struct PrefillWorkspace {
   std::uint8_t* union_tile = nullptr;   // [tiles]
   std::int32_t* union_list = nullptr;   // [tiles]
   std::int32_t* union_count = nullptr;  // [1]
+  std::int32_t* combine_list = nullptr;   // [tiles] the other tiles (the combine merges their rows)
+  std::int32_t* combine_count = nullptr;  // [1]
   std::size_t bytes = 0;  // the whole layout
 };
 

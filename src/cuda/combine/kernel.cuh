@@ -57,26 +57,22 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi, bool fp16) {
   return *reinterpret_cast<const unsigned*>(&h);
 }
 
+template <int kD>
+struct Lanes {
+  static constexpr int kPerRow = kD / 8;      // lanes per row
+  static constexpr int kRegs = 32 / kPerRow;  // LSE registers per lane (covers 32 slots)
+  static constexpr int kRowsPerCta = kThreads / kPerRow;
+  static_assert(kD % 8 == 0 && kPerRow >= 1 && kPerRow <= 32 && (kPerRow & (kPerRow - 1)) == 0);
+};
+
+// Merges row (q, h), row = q * h_q + h; called by its whole lane group (lane sub of it).
 template <DType kDtype, int kD>
-__global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p) {
-  constexpr int kLanes = kD / 8;      // lanes per row
-  constexpr int kRegs = 32 / kLanes;  // LSE registers per lane (covers 32 slots)
-  static_assert(kD % 8 == 0 && kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0);
-  const int lane = threadIdx.x & 31;
-  const int sub = lane & (kLanes - 1);
-  const unsigned group_mask = kLanes == 32 ? kFullMask : ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
+__device__ __forceinline__ void merge_row(const CombineParams& p, std::int64_t q, int h, int sub, unsigned group_mask) {
+  constexpr int kLanes = Lanes<kD>::kPerRow;
+  constexpr int kRegs = Lanes<kD>::kRegs;
   const std::int64_t rows = p.total_q * p.h_q;
-  const std::int64_t row = (static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x) / kLanes;
-
-  // Partials come from the previous kernel on the stream (programmatic dependent launch).
-  wait_for_previous_grid();
-  if (row >= rows) return;  // whole lane groups leave together
-
-  const std::int64_t q = row / p.h_q;
-  const int h = static_cast<int>(row - q * p.h_q);
+  const std::int64_t row = q * p.h_q + h;
   const int h_kv = p.h_q / p.group;
-  if (p.union_tile != nullptr && p.union_tile[(h / p.group) * p.tiles_per_head + q / p.q_per_tile] != 0)
-    return;  // the tile-union kernel's row (whole lane groups leave together)
   const int n = p.split_counts == nullptr ? p.uniform_count
                                           : min(max(p.split_counts[q * h_kv + h / p.group], 0), p.topk);
   const float neg_inf = -__int_as_float(0x7f800000);
@@ -150,6 +146,45 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   auto* g_out = static_cast<std::uint16_t*>(p.out) + q * p.stride_out_token + h * p.stride_out_head + sub * 8;
   *reinterpret_cast<uint4*>(g_out) = packed;
   if (p.lse != nullptr && sub == 0) p.lse[row] = lse_out;
+}
+
+// Three CTAs per SM (80 registers): without the bound ptxas takes 97-115 and fits two.
+template <DType kDtype, int kD>
+__global__ void __launch_bounds__(kThreads, 3) combine_kernel(const CombineParams p) {
+  constexpr int kLanes = Lanes<kD>::kPerRow;
+  constexpr int kRowsPerCta = Lanes<kD>::kRowsPerCta;
+  const int lane = threadIdx.x & 31;
+  const int sub = lane & (kLanes - 1);
+  const int group_in_cta = static_cast<int>(threadIdx.x) / kLanes;
+  const unsigned group_mask = kLanes == 32 ? kFullMask : ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
+
+  // Partials come from the previous kernel on the stream (programmatic dependent launch).
+  wait_for_previous_grid();
+  if (p.tile_list == nullptr) {  // a lane group per row, every row
+    const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerCta + group_in_cta;
+    if (row >= p.total_q * p.h_q) return;  // whole lane groups leave together
+    const std::int64_t q = row / p.h_q;
+    merge_row<kDtype, kD>(p, q, static_cast<int>(row - q * p.h_q), sub, group_mask);
+    return;
+  }
+  // The listed pairs' rows: CTA i takes the pair at position i of the list (past the count it
+  // leaves at once), kRowsPerCta of its rows r at a time (query r / group of its tile, head
+  // r % group of its KV head's group). Whole lane groups leave together. (Pairs are fewer than
+  // 2^30: 32-bit indices.)
+  const int pairs = (p.h_q / p.group) * static_cast<int>(p.tiles_per_head);
+  const int i = static_cast<int>(blockIdx.x);
+  if (i >= min(*p.tile_count, pairs)) return;
+  const int pair = p.tile_list[i];
+  if (pair < 0 || pair >= pairs) return;
+  const int kv_head = pair / static_cast<int>(p.tiles_per_head);
+  const int q0 = (pair - kv_head * static_cast<int>(p.tiles_per_head)) * p.q_per_tile;  // < total_q
+  const int pair_rows = p.q_per_tile * p.group;
+#pragma unroll 1
+  for (int r = group_in_cta; r < pair_rows; r += kRowsPerCta) {
+    const int lq = r / p.group;
+    if (lq >= p.total_q - q0) return;  // rows go up with r
+    merge_row<kDtype, kD>(p, std::int64_t(q0) + lq, kv_head * p.group + r % p.group, sub, group_mask);
+  }
 }
 
 }  // namespace msa::cuda::combine

@@ -22,11 +22,15 @@ struct CombineParams {
   int group;      // h_q / h_kv
   int topk;       // slots of o_partial, 1..32
   int uniform_count;  // 1..topk, the slots of every row when split_counts is null
-  // The prefill's routing (may be null): rows of tiles flagged here were written by the
-  // tile-union kernel and are left alone. [h_kv, tiles_per_head], tile = q / q_per_tile.
-  const std::uint8_t* union_tile;
-  int q_per_tile;
-  std::int64_t tiles_per_head;
+  // The prefill's routing (null tile_list: every row is merged). Only the rows of the listed
+  // (KV head, query tile) pairs are merged, the first *tile_count of tile_list (pairs numbered
+  // head-major: KV head * tiles_per_head + q / q_per_tile); the tile-union kernel wrote the
+  // others. The launch then takes a CTA per pair (not per kRowsPerCta rows), and a CTA past the
+  // count leaves at once, so that rows it leaves alone cost little.
+  const std::int32_t* tile_list;   // [h_kv * tiles_per_head]
+  const std::int32_t* tile_count;  // [1], clamped to [0, h_kv * tiles_per_head]
+  int q_per_tile;                  // 1..32
+  std::int64_t tiles_per_head;     // ceil(total_q / q_per_tile)
   bool out_fp16;  // out is fp16 (else bf16)
 };
 

@@ -74,6 +74,8 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   if (in.route != nullptr) {  // the planner routes and lists the flagged tiles
     p.union_list = in.route->union_list;
     p.union_count = in.route->union_count;
+    p.combine_list = in.route->combine_list;
+    p.combine_count = in.route->combine_count;
     p.route_q_per_tile = in.route->q_per_tile;
     p.route_group = in.route->group;
     p.route_per_head = static_cast<int>(tiles_per_head(g.total_q, in.route->q_per_tile));

@@ -419,9 +419,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   // The routed tiles' list, which nothing in the launch reads, on the last CTA (a spare one
   // without a unit task where the device holds it).
   if (route_on && cta == ctas - 1)
-    compact_route_list<kFusedThreads, 8, true>(route.union_tile,
-                                               static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile)), p.h_kv,
-                                               p.union_list, p.union_count, scan_tmp.single);
+    compact_route_list<kFusedThreads, 8, true>(
+        route.union_tile, static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile)), p.h_kv, p.union_list,
+        p.union_count, p.combine_list, p.combine_count, scan_tmp.single);
 }
 
 }  // namespace msa::cuda::k2q

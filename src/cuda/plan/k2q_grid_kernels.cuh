@@ -166,9 +166,9 @@ __global__ void __launch_bounds__(kGridThreads, 2)
     route_cta<16>(route, task, n_tasks, reinterpret_cast<std::int32_t*>(s_dyn));
     cg::this_grid().sync();
     if (task == n_tasks - 1)
-      compact_route_list<kGridThreads, 8>(route.union_tile,
-                                          static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile)), p.h_kv,
-                                          p.union_list, p.union_count, scan_tmp.single);
+      compact_route_list<kGridThreads, 8>(
+          route.union_tile, static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile)), p.h_kv, p.union_list,
+          p.union_count, p.combine_list, p.combine_count, scan_tmp.single);
   }
   __syncthreads();  // s_levels; the routing tables and scan_tmp are free
 

@@ -536,7 +536,7 @@ __global__ void __launch_bounds__(kTailThreads) k2q_finish_kernel(const BuildPar
   int cta = static_cast<int>(blockIdx.x);
   if (cta < finish_list_ctas(p)) {  // CTA-uniform
     compact_route_list<kTailThreads, kRouteListItems>(p.union_tile, p.route_per_head, p.h_kv, p.union_list,
-                                                      p.union_count, list_scan);
+                                                      p.union_count, p.combine_list, p.combine_count, list_scan);
     return;
   }
   cta -= finish_list_ctas(p);

@@ -144,6 +144,9 @@ struct BuildParams {
   // (which its route/map launch wrote) in its finish launch.
   std::int32_t* union_list;   // [h_kv * route_per_head]
   std::int32_t* union_count;  // [1]
+  // and, when combine_list is set, the other tiles in rank order (the rows the combine merges)
+  std::int32_t* combine_list;   // [h_kv * route_per_head] or null
+  std::int32_t* combine_count;  // [1]
   // outputs
   std::int32_t* row_coords;    // [max_rows, 2] (b, block)
   std::int32_t* row_ptr;       // [h_kv, max_rows + 1]

@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
   // The routed tiles, in rank order (tile_of_rank).
   if (p.route_tile_out == nullptr) return;
   compact_route_list<kSmallThreads, kSmallItemsPerThread>(p.route_tile_out, p.route_per_head, p.h_kv, p.union_list,
-                                                          p.union_count, scan_tmp);
+                                                          p.union_count, p.combine_list, p.combine_count, scan_tmp);
 }
 
 }  // namespace msa::cuda::k2q

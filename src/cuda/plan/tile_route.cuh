@@ -199,12 +199,14 @@ __device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int
 }
 
 // CTA-collective (all kThreads threads): the flagged tiles of `flags` [h_kv * per_head] in rank
-// order (tile_of_rank) into list, their number into *count. kItems consecutive ranks per thread
-// and one block scan per round. kAtL2: the flags are read at L2 (other CTAs of the same launch
-// wrote them, and this CTA's L1 may hold lines it read earlier).
+// order (tile_of_rank) into list, their number into *count, and, when rest is set, the others in
+// rank order into rest, their number into *rest_count (the rows the combine merges). kItems
+// consecutive ranks per thread and one block scan per round. kAtL2: the flags are read at L2
+// (other CTAs of the same launch wrote them, and this CTA's L1 may hold lines it read earlier).
 template <int kThreads, int kItems, bool kAtL2 = false>
 __device__ __forceinline__ void compact_route_list(const std::uint8_t* flags, int per_head, int h_kv,
-                                                   std::int32_t* list, std::int32_t* count,
+                                                   std::int32_t* list, std::int32_t* count, std::int32_t* rest,
+                                                   std::int32_t* rest_count,
                                                    typename cub::BlockScan<int, kThreads>::TempStorage& scan_tmp) {
   static_assert(kItems <= 32, "a thread's flags are the bits of one word");
   using Scan = cub::BlockScan<int, kThreads>;
@@ -220,14 +222,22 @@ __device__ __forceinline__ void compact_route_list(const std::uint8_t* flags, in
       if (r0 + k < tiles && (kAtL2 ? __ldcg(flags + tile_at(r0 + k)) : flags[tile_at(r0 + k)]) != 0) mine |= 1u << k;
     int ex = 0, agg = 0;
     Scan(scan_tmp).ExclusiveSum(__popc(mine), ex, agg);
-    int at = listed + ex;
+    int at = listed + ex;   // flagged ranks before r0
+    int rest_at = r0 - at;  // the others before r0
 #pragma unroll
-    for (int k = 0; k < kItems; ++k)
-      if (mine >> k & 1u) list[at++] = tile_at(r0 + k);
+    for (int k = 0; k < kItems; ++k) {
+      if (mine >> k & 1u)
+        list[at++] = tile_at(r0 + k);
+      else if (rest != nullptr && r0 + k < tiles)
+        rest[rest_at++] = tile_at(r0 + k);
+    }
     listed += agg;
     __syncthreads();  // scan_tmp is reused
   }
-  if (tid == 0) *count = listed;
+  if (tid == 0) {
+    *count = listed;
+    if (rest != nullptr) *rest_count = tiles - listed;
+  }
 }
 
 }  // namespace msa::cuda

@@ -28,6 +28,10 @@ struct TileRouteParams {
   std::uint8_t* union_tile;   // [tiles] 1: the tile-union kernel takes the tile
   std::int32_t* union_list;   // [tiles] the flagged tiles in rank order; first *union_count
   std::int32_t* union_count;  // [1]
+  // may be null: the other tiles in rank order (whose rows the combine merges), first
+  // *combine_count
+  std::int32_t* combine_list;   // [tiles]
+  std::int32_t* combine_count;  // [1]
 };
 
 // tiles = h_kv * tiles_per_head(total_q, q_per_tile), < 2^31.
