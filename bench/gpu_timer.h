@@ -35,6 +35,15 @@ Timing time_graph_replays(const std::function<void(int set, cudaStream_t stream)
 Timing time_eager_calls(const std::function<void(cudaStream_t stream)>& call, void* flush,
                         std::size_t flush_bytes, int warmup, int reps);
 
+// The same eager calls, each behind a lead of GPU work: after the flush and the drain, a
+// one-thread spin kernel is enqueued before the start event, long enough that the host has
+// enqueued the whole call when the GPU reaches it. The time is the call's GPU time without the
+// host's gaps (an engine's eager call while the GPU still runs earlier work), with the L2 as
+// cold as in time_eager_calls. The lead starts at 1 ms and grows fourfold, the repetition run
+// again, whenever the host's enqueue took more than half of it (msa::Error past 1 s).
+Timing time_eager_calls_behind_work(const std::function<void(cudaStream_t stream)>& call, void* flush,
+                                    std::size_t flush_bytes, int warmup, int reps);
+
 // L2 size of the current device in bytes (0 without CUDA).
 long long device_l2_bytes();
 
