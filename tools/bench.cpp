@@ -261,19 +261,13 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
   // Eagerly, as an engine calls it: plan + run on an idle GPU, L2 flushed before each call.
   const std::size_t flush_bytes = static_cast<std::size_t>(2 * bench::device_l2_bytes());
   DeviceBuffer flush(flush_bytes);
-  const bench::Timing eager = bench::time_eager_calls(
-      [&](cudaStream_t st) {
-        op.plan(batch, d_topk_view, max_k, st);
-        op.run(args[0], st);
-      },
-      flush.ptr, flush_bytes, o.warmup, o.reps);
+  const auto call = [&](cudaStream_t st) {
+    op.plan(batch, d_topk_view, max_k, st);
+    op.run(args[0], st);
+  };
+  const bench::Timing eager = bench::time_eager_calls(call, flush.ptr, flush_bytes, o.warmup, o.reps);
   // The same calls behind earlier GPU work: the host's enqueue hidden, the L2 as cold.
-  const bench::Timing behind = bench::time_eager_calls_behind_work(
-      [&](cudaStream_t st) {
-        op.plan(batch, d_topk_view, max_k, st);
-        op.run(args[0], st);
-      },
-      flush.ptr, flush_bytes, o.warmup, o.reps);
+  const bench::Timing behind = bench::time_eager_calls_behind_work(call, flush.ptr, flush_bytes, o.warmup, o.reps);
 
   const double run_s = run.median_ms * 1e-3;
   Row row;
