@@ -47,6 +47,9 @@ struct Case {
   // q rows (query, head) scaled by factors from 2^-60 to 2^6: rows of near-uniform and of
   // near one-hot softmax side by side in a tile, and one head of every query all zeros.
   bool spread_q = false;
+  // Head 3 of every query holds 2^17 at dimension 0, where every K element is 0: its scores stay
+  // moderate, but its tile's largest |q| is past fp16's range (the FP8 path scales Q down).
+  bool huge_q = false;
   // FP8 E4M3 K/V with bf16 q when not empty: the descale factors, [1] or [h_kv] each.
   std::vector<float> k_descale, v_descale;
   bool fp8() const { return !k_descale.empty(); }
@@ -143,8 +146,19 @@ std::vector<Case> cases() {
     spread.k_descale = {0.015625f};  // powers of two: the reference's dequantised K is exact, so
     spread.v_descale = {0.03125f};   // the large rows' scores stay within the LSE tolerance
     c.push_back(spread);
+    Case huge = make_case("fp8_q8_g16_huge_q", 64, 4, 16, 128, 8, {2000, 700}, Selection::kRandom, 17);
+    huge.huge_q = true;
+    huge.k_descale = {0.02f};
+    huge.v_descale = {0.03f};
+    c.push_back(huge);
   }
   return c;
+}
+
+// Every K element at dimension 0 (the last, contiguous dim), the poisoned tails' too, set to 0.
+void zero_k_dim0(Workload& w) {
+  const std::int64_t d = w.k.shape().back();
+  for (std::int64_t i = 0; i < w.k.numel(); i += d) w.k.set(i, 0.f);
 }
 
 std::int64_t max_len(const Case& c) {
@@ -220,6 +234,10 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
       for (int d = 0; d < s.d; ++d) w.q.set(r * s.d + d, w.q.get(r * s.d + d) * f);
     }
   }
+  if (c.huge_q) {
+    zero_k_dim0(w);
+    for (std::int64_t r = 3; r < w.total_q * s.h_q; r += s.h_q) w.q.set(r * s.d, 131072.f);  // 2^17
+  }
   // FP8: the caches hold the codes (NaN codes in the tails); the reference reads w's K/V, now
   // the dequantised values.
   const Fp8Kv fp8 = c.fp8() ? msa::bench::quantise_kv_fp8(w, c.k_descale, c.v_descale) : Fp8Kv{};
@@ -264,6 +282,7 @@ TEST_P(DecodeCuda, MatchesReferenceReproduciblyAndInGraphs) {
   if (c.spec.page_size > 0 && !c.adversarial) {
     Workload w2 = msa::bench::make_workload(c.spec);  // the same caches and page table
     msa::bench::poison_cache_tails(w2);
+    if (c.huge_q) zero_k_dim0(w2);
     if (c.fp8()) msa::bench::quantise_kv_fp8(w2, c.k_descale, c.v_descale);  // the same codes
     std::mt19937_64 rng(c.spec.seed + 99);
     std::vector<Request> shorter = c.spec.requests;

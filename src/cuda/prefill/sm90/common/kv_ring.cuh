@@ -5,8 +5,8 @@
 //
 // FP8 E4M3 K/V (Traits::kFp8Kv, the tile-union kernel of the decode): TMA lands a block's FP8
 // rows in the back half of its 16-bit stage (Traits::kFp8CodesOffset), and they are widened
-// there, in place (widen_fp8_block, rows past k_len as zeros): K to bf16 by the builder warps,
-// published on k_full with their 96 arrivals; V to fp16 by the two consumer warpgroups, a phase
+// there, in place (widen_fp8_block, rows past k_len as zeros), to fp16: K by the builder warps,
+// published on k_full with their 96 arrivals; V by the two consumer warpgroups, a phase
 // before their P V needs it, published on v_full with their 256. Both stages of K and of V can so
 // hold codes in flight while the previous block is widened or used.
 #pragma once
@@ -149,26 +149,6 @@ __device__ __forceinline__ void zero_tail(typename Traits::Element* dst, int tok
   cutlass::arch::fence_view_async_shared();
 }
 
-// Four E4M3 codes (byte i = column i) -> two bf16 pairs (columns 0, 1 and 2, 3), exactly. The
-// code's sign, exponent and mantissa bits placed at bf16 bits 15, 10..7 and 6..4 read as the
-// value times 2^-120 (subnormal codes land on bf16 subnormals), so one multiply by 2^120 gives
-// it: E4M3's exponent bias is 7, bf16's 127. The NaN codes (0x7f, 0xff) read as +-480
-// (docs/numerics.md).
-__device__ __forceinline__ uint2 widen_e4m3x4(std::uint32_t codes) {
-  constexpr std::uint32_t kMask = 0x87f087f0u;  // per 16-bit lane: the sign and the 7 code bits
-  std::uint32_t lo, hi;
-  // Byte i of each lane pair: code, its sign replicated (prmt selector bit 3).
-  asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(lo) : "r"(codes));
-  asm("prmt.b32 %0, %1, 0, 0xb3a2;" : "=r"(hi) : "r"(codes));
-  lo = (lo << 4) & kMask;
-  hi = (hi << 4) & kMask;
-  const std::uint32_t k2p120 = 0x7b807b80u;  // bf16 2^120 in both lanes
-  uint2 out;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out.x) : "r"(lo), "r"(k2p120));
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out.y) : "r"(hi), "r"(k2p120));
-  return out;
-}
-
 // Four E4M3 codes (byte i = column i) -> two fp16 pairs, exactly (the hardware conversion; the
 // NaN codes stay NaN).
 __device__ __forceinline__ uint2 widen_e4m3x4_f16(std::uint32_t codes) {
@@ -181,7 +161,7 @@ __device__ __forceinline__ uint2 widen_e4m3x4_f16(std::uint32_t codes) {
 
 // Widens the FP8 block whose codes TMA landed in the back half of the 16-bit block `dst` (row
 // t's 128 codes at kFp8CodesOffset + kv_load_offset(t, 0), 128-byte swizzled) into `dst` itself
-// ([token, d] in column halves, swizzled; fp16 with kHalf, V's, else bf16, K's), in place: row
+// ([token, d] in column halves, swizzled, fp16), in place: row
 // t's codes lie where row t's columns 64-127 go, so the 8 lanes of a row (one warp's) read all
 // of its codes before any of them writes. Rows [zero_from, 128) are written as zeros without
 // being read (V past k_len: stale cache bytes may hold NaN codes). kCount threads (whole warps),
@@ -192,10 +172,10 @@ __device__ __forceinline__ uint2 widen_e4m3x4_f16(std::uint32_t codes) {
 // The passes advance by kCount / 8 rows, a multiple of 4, so a row's swizzle (its index mod 8)
 // is this thread's first row's, or that XOR 4: every address is one of two per-thread bases
 // plus the pass's offset (docs/performance.md step 24).
-template <class Traits, int kCount, bool kHalf>
+template <class Traits, int kCount>
 __device__ __forceinline__ void widen_fp8_block(typename Traits::Element* dst, int zero_from, int i) {
   static_assert(Traits::kFp8Kv);
-  const auto widen4 = [](std::uint32_t c) { return kHalf ? widen_e4m3x4_f16(c) : widen_e4m3x4(c); };
+  const auto widen4 = [](std::uint32_t c) { return widen_e4m3x4_f16(c); };
   constexpr int kRows = kCount / 8;  // rows per pass
   constexpr int kPasses = (Traits::kBlockN + kRows - 1) / kRows;
   static_assert(kCount % 32 == 0 && kRows % 4 == 0);
@@ -257,7 +237,7 @@ template <class Traits, bool kV, int kCount>
 __device__ __forceinline__ void widen_landed(KvRing<Traits>& ring, std::uint32_t use, int tokens, int i) {
   const int s = static_cast<int>(use & 1u);
   Barrier64::wait(kV ? &ring.fp8.v_landed[s] : &ring.fp8.k_landed[s], phase_of(use));
-  widen_fp8_block<Traits, kCount, kV>(kV ? ring.v[s] : ring.k[s], tokens, i);
+  widen_fp8_block<Traits, kCount>(kV ? ring.v[s] : ring.k[s], tokens, i);
   Barrier64::arrive(kV ? &ring.v_full[s] : &ring.k_full[s]);
 }
 

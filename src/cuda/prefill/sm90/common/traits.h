@@ -18,8 +18,8 @@
 namespace msa::cuda::prefill_sm90 {
 
 // The CuTe element an instance computes in (the instantiation list names DTypes): its 16-bit
-// dtype, or bf16 for FP8 E4M3 K/V (the decode's FP8 caches take bf16 queries; K is widened to
-// bf16 in shared memory and V to fp16, both exactly: Traits::ElementPV).
+// dtype, or bf16 for FP8 E4M3 K/V (the decode's FP8 caches take bf16 queries and write bf16
+// out; K and V are widened to fp16 in shared memory, exactly: Traits::ElementQK, ElementPV).
 template <DType kDtype>
 struct ElementOf;
 template <>
@@ -40,7 +40,7 @@ struct ElementOf<DType::kFP8E4M3> {
 // swizzled rows (column halves of 128 rows each), and P V reads V through a transposed (d, token)
 // view, MN-major for WGMMA.
 //
-// kDtype kFP8E4M3 (the decode's FP8 caches, D = 128): q, O and Q K^T are bf16, P V is fp16. TMA
+// kDtype kFP8E4M3 (the decode's FP8 caches, D = 128): q and O are bf16, Q K^T and P V fp16. TMA
 // lands a block's FP8 rows (128 bytes each, 128-byte swizzle) in the back half of its 16-bit
 // stage, where they are widened in place (kv_ring.cuh, widen_fp8_block).
 template <DType kDtype_, int kHeadDim_>
@@ -58,9 +58,12 @@ struct Traits {
   static_assert(sizeof(Element) == 2, "16-bit elements: 128-byte swizzle rows of 64 elements");
   static_assert(kHeadDim % 64 == 0, "128-byte swizzle atoms need D a multiple of 64");
 
-  // S = Q K^T: A = Q [M, D] and B = K [N = token, D] both K-major in shared memory.
+  // S = Q K^T: A = Q [M, D] and B = K [N = token, D] both K-major in shared memory. With FP8
+  // K/V both are fp16 there: K widened by the hardware conversion, Q converted by the consumers
+  // under a power-of-two scale (tile_union/kernel.cuh, fp16_q_in_place).
+  using ElementQK = std::conditional_t<kFp8Kv, cute::half_t, Element>;
   using MmaQK = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::_16>,
+      cute::GMMA::ss_op_selector<ElementQK, ElementQK, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::_16>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
   // O = P V: A = P from registers (the S accumulator re-typed), B = V seen as [N = d, K = token]

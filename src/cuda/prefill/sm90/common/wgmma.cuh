@@ -16,8 +16,9 @@ __device__ __forceinline__ void issue_qk(const typename Traits::Element* sq, con
   using namespace cute;
   typename Traits::MmaQK mma;
   auto thr = mma.get_slice(ct);
-  Tensor sQ = make_tensor(make_smem_ptr(sq), typename Traits::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(sk), typename Traits::SmemLayoutK{});
+  using E = typename Traits::ElementQK;
+  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<const E*>(sq)), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(reinterpret_cast<const E*>(sk)), typename Traits::SmemLayoutK{});
   Tensor tSrQ = thr.partition_fragment_A(sQ);
   Tensor tSrK = thr.partition_fragment_B(sK);
   mma.accumulate_ = GMMA::ScaleOut::Zero;

@@ -47,6 +47,7 @@ struct TileUnionStorage {
   std::int32_t table_key[kKeyTableSize];     // key table: a key, or union_key::kNone for a free slot
   std::int32_t table_first[kKeyTableSize];   //   the smallest entry holding that key
   std::int32_t q_seg[kTileUnionMaxQueries];  // segment of tile query i
+  std::uint32_t q_absmax[2][4];              // FP8 K/V: each consumer warp's largest |q| bits (fp16_q_in_place)
   alignas(8) std::uint64_t q_full[2];        // TMA bytes
   std::uint64_t q_empty[2];                  // 256, after the O stores read it
   std::uint64_t list_full[2];                // 96 builder arrivals

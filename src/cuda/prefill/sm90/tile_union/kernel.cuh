@@ -6,11 +6,12 @@
 // Producer warpgroup (40 registers):
 //   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
 //     tile's list / Q buffer (double buffered: tile i + 1 is built while tile i computes); with
-//     FP8 K/V they also widen the K of every block the loader landed to bf16 (widen_tile);
+//     FP8 K/V they also widen the K of every block the loader landed to fp16 (widen_tile);
 //   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
-// while that P V still runs; with FP8 K/V they then widen V(u) to fp16 together (widen_landed);
+// while that P V still runs; with FP8 K/V they then widen V(u) to fp16 together (widen_landed),
+// having converted their Q rows to fp16 once per tile (fp16_q_in_place);
 // with Traits::kSkipBlocks (the decode) a warpgroup skips the blocks that no query of its rows
 // chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
 // other's GEMMs occupy the tensor cores.
@@ -120,6 +121,67 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
   }
 }
 
+// FP8 K/V: converts this consumer warpgroup's 64 Q rows (bf16, as TMA landed them) to fp16 in
+// place for Q K^T in fp16 (K is widened to fp16), each times 2^e, e chosen so that the largest
+// finite |q| of its rows below `rows` (the tile's valid rows; padding rows hold stale bytes and
+// are converted but not measured) lies in [2^14, 2^15): no finite value overflows, infinities and
+// NaN stay what they are, and every element down to 2^-24 of that largest is exact (bf16 has 8
+// significant bits, fp16 11, and subnormals reach 2^-24). e = 0 when every finite |q| is 0. The
+// caller folds 2^-e into the scores' scale (exact). 128 threads, this one t; `scratch` holds the
+// warps' maxima.
+template <class Traits>
+__device__ __forceinline__ int fp16_q_in_place(typename Traits::Element* sq, int wg, int t, int rows,
+                                               std::uint32_t (&scratch)[4]) {
+  static_assert(Traits::kFp8Kv && Traits::kColHalves == 2 && Traits::kBoxCols == 64);
+  constexpr std::uint32_t kHalfBytes = Traits::kTileM * 128;  // one column half of the tile
+  constexpr int kChunks = 8;                                  // 2 halves x 64 rows x 128 B / 16 B / 128
+  const std::uint32_t base = static_cast<std::uint32_t>(__cvta_generic_to_shared(sq)) + wg * 64 * 128;
+  const auto at = [&](int k) {  // chunk t + 128 k: column half k / 4, 16 bytes of row (t + 128 k) % 512 / 8
+    const int idx = t + 128 * k;
+    return base + (idx / 512) * kHalfBytes + (idx % 512) * 16;
+  };
+  uint4 v[kChunks];
+  std::uint32_t mx = 0;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
+                 : "r"(at(k))
+                 : "memory");
+    if (wg * 64 + ((t + 128 * k) % 512) / 8 < rows) {
+      for (const std::uint32_t w : {v[k].x, v[k].y, v[k].z, v[k].w}) {
+        const std::uint32_t lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;  // |q| bits; 0x7f80 and up: inf, NaN
+        mx = max(mx, max(lo < 0x7f80u ? lo : 0u, hi < 0x7f80u ? hi : 0u));
+      }
+    }
+  }
+  mx = __reduce_max_sync(0xffffffffu, mx);
+  if (t % 32 == 0) scratch[t / 32] = mx;
+  named_barrier_sync(kEpilogue0 + wg, 128);
+  mx = max(max(scratch[0], scratch[1]), max(scratch[2], scratch[3]));
+  int e = 0;
+  // The largest's biased exponent x in [1, 254] (subnormals as 1): e = 14 - (x - 127) lies in
+  // [-113, 140]; capped at 126 so that 2^e and 2^-e stay normal floats (rows below 2^-112 then
+  // keep their largest under 2^14, still exact for bf16 subnormals).
+  if (mx != 0u) e = min(141 - max(static_cast<int>(mx >> 7), 1), 126);
+  const float f = __int_as_float((e + 127) << 23);  // 2^e
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    std::uint32_t o[4];
+    const std::uint32_t in[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float lo = __uint_as_float(in[j] << 16) * f, hi = __uint_as_float(in[j] & 0xffff0000u) * f;
+      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(o[j]) : "f"(hi), "f"(lo));
+    }
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(at(k)), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3])
+                 : "memory");
+  }
+  cutlass::arch::fence_view_async_shared();  // the stores, visible to WGMMA
+  named_barrier_sync(kEpilogue0 + wg, 128);  // every row converted (and scratch read) before the first QK
+  return e;
+}
+
 template <class Traits>
 __device__ __forceinline__ void consumers(const TileUnionParams& p, const PrefillTma& tma,
                                           TileUnionStorage<Traits>& smem, int ct) {
@@ -167,19 +229,22 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
         limit[half] = (members & row_bit[half]) != 0u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
     };
 
-    // FP8 K/V: k_descale scales every score of the tile's KV head, v_descale its O.
+    const int qb = stage_of(iter, kQBuffers<Traits>);
+    Barrier64::wait(&smem.q_full[qb], parity_of(iter, kQBuffers<Traits>));
+    const typename Traits::Element* sq = smem.q[qb];
+    // FP8 K/V: k_descale scales every score of the tile's KV head, and 2^-e undoes the scale of
+    // this warpgroup's fp16 Q; v_descale scales its O.
     float fp8_scale_log2 = 0.f, o_scale = 1.f;
     if constexpr (Traits::kFp8Kv) {
-      fp8_scale_log2 = p.attn.scale_log2 * p.attn.k_descale[t.kv_head * p.attn.k_descale_stride];
+      const int e = fp16_q_in_place<Traits>(smem.q[qb], turn.wg, ct % 128, t.nq * group, smem.q_absmax[turn.wg]);
+      fp8_scale_log2 = p.attn.scale_log2 * p.attn.k_descale[t.kv_head * p.attn.k_descale_stride] *
+                       __int_as_float((127 - e) << 23);  // 2^-e, e in [-113, 126]
       o_scale = p.attn.v_descale[t.kv_head * p.attn.v_descale_stride];
     }
 
     auto acc_o = make_acc_o<Traits>();
     cute::clear(acc_o);
     SoftmaxState st;
-    const int qb = stage_of(iter, kQBuffers<Traits>);
-    Barrier64::wait(&smem.q_full[qb], parity_of(iter, kQBuffers<Traits>));
-    const typename Traits::Element* sq = smem.q[qb];
 
     if (n > 0) {
       auto acc_s = make_acc_s<Traits>();
