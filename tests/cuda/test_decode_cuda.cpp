@@ -380,6 +380,13 @@ TEST(DecodeCudaApi, WorkspaceHoldsPartialsOnlyWhenSplit) {
   EXPECT_EQ(unsplit, std::size_t{0});
   const std::size_t split = msa::SparseDecode::workspace_bytes(s, {.batch = 1, .total_q = 8, .max_k_len = 100000}, o);
   EXPECT_GE(split, std::size_t{2} * 8 * 64 * (128 * 2 + 4));
+  // Q = 1: tiles of 8 requests would make 16 pairs of 8 splits at B = 32; a tile per request
+  // makes 128 pairs, unsplit. At B = 4, 16 pairs of 8 splits instead of 4 of 16.
+  EXPECT_EQ(msa::SparseDecode::workspace_bytes(s, {.batch = 32, .total_q = 32, .max_k_len = 100000}, o),
+            std::size_t{0});
+  const std::size_t b4 = msa::SparseDecode::workspace_bytes(s, {.batch = 4, .total_q = 4, .max_k_len = 100000}, o);
+  EXPECT_GE(b4, std::size_t{8} * 4 * 64 * (128 * 2 + 4));
+  EXPECT_LT(b4, std::size_t{16} * 4 * 64 * (128 * 2 + 4));
 }
 
 }  // namespace

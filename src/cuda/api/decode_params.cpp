@@ -12,27 +12,49 @@
 
 namespace msa::cuda {
 
+namespace {
+
+// Pairs and splits for tiles of q_per_tile queries (g.batch, g.q_per_request, g.total_q set).
+void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile, std::int64_t max_seq_len) {
+  g.q_per_tile = q_per_tile;
+  g.pairs = std::int64_t(shape.h_kv) * ((g.total_q + q_per_tile - 1) / q_per_tile);
+  // A pair's union holds at most (its queries) x min(topk, blocks of the longest request), and
+  // at most (the requests its tile touches) x (their blocks); with no bound on seq_len (0:
+  // sparse_decode()), assume requests of topk blocks or more.
+  const std::int64_t blocks = max_seq_len > 0 ? (max_seq_len + kBlockSize - 1) / kBlockSize : shape.topk;
+  int requests = 1;  // most requests a tile of q_per_tile rows meets (tiles and requests are aligned)
+  for (int t = 0; t < g.q_per_request; ++t)
+    requests =
+        std::max(requests, (t * q_per_tile + q_per_tile - 1) / g.q_per_request - t * q_per_tile / g.q_per_request + 1);
+  const std::int64_t entries =
+      std::min(std::min<std::int64_t>(q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks),
+               std::int64_t(requests) * blocks);
+  const std::int64_t by_ctas = g.pairs > 0 ? kDecodeCtaTarget / g.pairs : 1;
+  g.splits = static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1,
+                                                       kDecodeMaxSplits));
+}
+
+}  // namespace
+
 DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, int q_per_request,
                                std::int64_t max_seq_len) {
   DecodeGeometry g;
   g.batch = batch;
   g.q_per_request = q_per_request;
   g.total_q = batch * q_per_request;
-  g.q_per_tile = tile_union_decode_queries(shape.group());
-  g.pairs = std::int64_t(shape.h_kv) * ((g.total_q + g.q_per_tile - 1) / g.q_per_tile);
-  // A pair's union holds at most (its queries) x min(topk, blocks of the longest request), and
-  // at most (the requests its tile touches) x (their blocks); with no bound on seq_len (0:
-  // sparse_decode()), assume requests of topk blocks or more.
-  const std::int64_t blocks = max_seq_len > 0 ? (max_seq_len + kBlockSize - 1) / kBlockSize : shape.topk;
-  int requests = 1;  // most requests a tile of q_per_tile rows meets (tiles and requests are aligned)
-  for (int t = 0; t < q_per_request; ++t)
-    requests = std::max(requests, (t * g.q_per_tile + g.q_per_tile - 1) / q_per_request - t * g.q_per_tile / q_per_request + 1);
-  const std::int64_t entries =
-      std::min(std::min<std::int64_t>(g.q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks),
-               std::int64_t(requests) * blocks);
-  const std::int64_t by_ctas = g.pairs > 0 ? kDecodeCtaTarget / g.pairs : 1;
-  g.splits = static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1,
-                                                       kDecodeMaxSplits));
+  // Tiles as full as the M tile allows. Where that splits the pairs and a request has fewer
+  // queries than a tile holds, tiles of fewer whole requests (m x Q queries) may split less:
+  // requests share no block, so a tile of several only adds their unions up, and fewer splits
+  // mean fewer partials and a lighter combine, or none. Such a tiling is taken only within one
+  // wave of CTAs (pairs <= kDecodeCtaTarget: a CTA per tile), with the fewest splits and then
+  // the most queries per tile (docs/performance.md, step 46).
+  const int full = tile_union_decode_queries(shape.group());
+  tile_decode(g, shape, full, max_seq_len);
+  for (int q = q_per_request; g.splits > 1 && q < full; q += q_per_request) {
+    DecodeGeometry t = g;
+    tile_decode(t, shape, q, max_seq_len);
+    if (t.pairs <= kDecodeCtaTarget && (t.splits < g.splits || (t.splits == g.splits && q > g.q_per_tile))) g = t;
+  }
   MSA_REQUIRE(g.pairs * g.splits <= INT32_MAX / 2, "batch", std::to_string(batch),
               "the CUDA sparse decode numbers its tiles in 32 bits: h_kv * ceil(B * Q / " +
                   std::to_string(g.q_per_tile) + ") must be < 2^30");

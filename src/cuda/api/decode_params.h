@@ -34,7 +34,8 @@ struct DecodeGeometry {
   std::int64_t batch = 0;    // B
   int q_per_request = 0;     // Q
   std::int64_t total_q = 0;  // B * Q
-  int q_per_tile = 0;        // queries of a tile: tile_union_decode_queries(G)
+  int q_per_tile = 0;        // queries of a tile: tile_union_decode_queries(G), or m x Q where
+                             // such tiles split less (decode_geometry)
   std::int64_t pairs = 0;    // h_kv * ceil(total_q / q_per_tile)
   int splits = 1;            // tiles per pair, 1..kDecodeMaxSplits
 };

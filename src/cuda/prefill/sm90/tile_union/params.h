@@ -23,7 +23,7 @@ struct TileUnionParams {
                                    // queries [b q_per_request, (b + 1) q_per_request); the
                                    // kernel then reads no cu_seqlens_q. 0: varlen
   int q_per_tile;                  // tile_union_queries_per_tile(group, topk); the decode's:
-                                   // tile_union_decode_queries(group)
+                                   // tile_union_decode_queries(group), or m x Q (decode_geometry)
   int splits;                      // 1..attn.slots: each (KV head, query tile) pair runs as this
                                    // many tiles, split s taking union entries [n s / splits,
                                    // n (s + 1) / splits) and writing slot s (split-KV decode);
