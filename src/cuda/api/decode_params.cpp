@@ -50,7 +50,7 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
   // the most queries per tile (docs/performance.md, step 46).
   const int full = tile_union_decode_queries(shape.group());
   tile_decode(g, shape, full, max_seq_len);
-  for (int q = q_per_request; g.splits > 1 && q < full; q += q_per_request) {
+  for (int q = q_per_request; q_per_request > 0 && g.splits > 1 && q < full; q += q_per_request) {
     DecodeGeometry t = g;
     tile_decode(t, shape, q, max_seq_len);
     if (t.pairs <= kDecodeCtaTarget && (t.splits < g.splits || (t.splits == g.splits && q > g.q_per_tile))) g = t;
