@@ -175,7 +175,6 @@ __device__ __forceinline__ uint2 widen_e4m3x4_f16(std::uint32_t codes) {
 template <class Traits, int kCount>
 __device__ __forceinline__ void widen_fp8_block(typename Traits::Element* dst, int zero_from, int i) {
   static_assert(Traits::kFp8Kv);
-  const auto widen4 = [](std::uint32_t c) { return widen_e4m3x4_f16(c); };
   constexpr int kRows = kCount / 8;  // rows per pass
   constexpr int kPasses = (Traits::kBlockN + kRows - 1) / kRows;
   static_assert(kCount % 32 == 0 && kRows % 4 == 0);
@@ -216,11 +215,11 @@ __device__ __forceinline__ void widen_fp8_block(typename Traits::Element* dst, i
     for (int q = 0; q < 2; ++q) {
       if (Traits::kBlockN % (2 * kRows) != 0 && row + q * kRows >= Traits::kBlockN) continue;
       const std::uint32_t at = off + q * kRows * 128;
-      const uint2 w0 = widen4(codes[q].x), w1 = widen4(codes[q].y);  // zero codes widen to zeros
+      const uint2 w0 = widen_e4m3x4_f16(codes[q].x), w1 = widen_e4m3x4_f16(codes[q].y);  // zero codes widen to zeros
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(out_at[q * kF1][0] + at), "r"(w0.x), "r"(w0.y),
                    "r"(w1.x), "r"(w1.y)
                    : "memory");
-      const uint2 w2 = widen4(codes[q].z), w3 = widen4(codes[q].w);
+      const uint2 w2 = widen_e4m3x4_f16(codes[q].z), w3 = widen_e4m3x4_f16(codes[q].w);
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(out_at[q * kF1][1] + at), "r"(w2.x), "r"(w2.y),
                    "r"(w3.x), "r"(w3.y)
                    : "memory");
