@@ -1,6 +1,6 @@
 // What PrefillPath::kAuto does with a workload: the share of the tile-union kernel's tiles
 // that the planner's rule routes to it (the rule's CPU twin, core/tile_route.h), or all of them
-// where the routing's cost model sends every tile there without a plan (union_only_batch).
+// where the routing's cost model sends every tile there without a plan (plan_free_queries_per_tile).
 #pragma once
 
 #include <cstdint>

@@ -280,7 +280,7 @@ class Pipeline {
     host.backend = Backend::kCpu;
     // The CUDA planner under PrefillPath::kAuto routes tiles to the tile-union kernel first:
     // their rows are left out of the plan (the rule's CPU twin says which), or all of them
-    // where the cost model, given the device batch's bound, skips the plan (union_only_batch).
+    // where the cost model, given the device batch's bound, skips the plan (plan_free_queries_per_tile).
     // Under PrefillPath::kTileUnion every tile goes there and nothing is planned.
     std::vector<std::uint8_t> flags;
     TileRoute route;
@@ -288,8 +288,9 @@ class Pipeline {
       route.q_per_tile = cuda::tile_union_queries_per_tile(shape_.group(), shape_.topk);
       const auto b_count = static_cast<int>(o_.requests.size());
       if (opt.prefill_path == PrefillPath::kTileUnion ||
-          union_only_batch(nullptr, nullptr, b_count, prefill_.total_q, score_cols(prefill_) * kBlockSize, shape_.h_kv,
-                           shape_.group(), shape_.topk, route.q_per_tile))
+          cuda::plan_free_queries_per_tile(nullptr, nullptr, b_count, prefill_.total_q,
+                                           score_cols(prefill_) * kBlockSize, shape_.h_kv, shape_.group(),
+                                           shape_.topk) > 0)
         flags.assign(static_cast<std::size_t>(shape_.h_kv * tiles_per_head(prefill_.total_q, route.q_per_tile)), 1);
       else
         flags = route_tiles_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),

@@ -48,40 +48,34 @@ std::int64_t edges_below(std::int64_t x, int topk) {
 
 }  // namespace
 
-bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
-                      std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk, int q_per_tile) {
-  if (batch <= 0 || total_q <= 0 || h_kv <= 0 || group <= 0 || topk <= 0 || q_per_tile <= 0) return false;
-  const auto heads = static_cast<std::uint64_t>(h_kv);
-  const std::uint64_t budget = kRoutedCallCost / heads;  // per KV head
-  // Per KV head: the union kernel's cost beyond the per-tile choice, the choice's own cost, and
-  // the largest tile's union bound.
-  std::uint64_t excess = 0, chosen = 0, largest = 0;
-  const auto add = [&](std::uint64_t unions, std::uint64_t edges, std::uint64_t tiles) {
-    const std::uint64_t u = union_path_cost(unions), b = block_major_path_cost(edges, group);
-    excess += tiles * (u > b ? u - b : 0);
-    chosen += tiles * std::min(u, b);
-    largest = std::max(largest, unions);
-    return excess <= budget;
+namespace {
+
+// Walks the tiles of a batch as union_only_batch describes them (host batch: in ascending order,
+// a run of equal full tiles at once; device batch: every tile at the bound), calling
+// visit(union bound, edges, tiles) for each tile or run, while it returns true. Returns false
+// when a visit stopped the walk.
+template <class Visit>
+bool walk_tile_bounds(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                      std::int64_t total_q, std::int64_t max_k_len, int topk, int q_per_tile, Visit&& visit) {
+  const auto add = [&](std::int64_t unions, std::int64_t edges, std::int64_t tiles) {
+    return visit(static_cast<std::uint64_t>(unions), static_cast<std::uint64_t>(edges),
+                 static_cast<std::uint64_t>(tiles));
   };
-  // The critical path: the largest tile, run by one CTA, within the routed call's time.
-  const auto fits = [&] { return kUnionSms * union_path_cost(largest) <= kRoutedCallCost + heads * chosen; };
   if (cu_seqlens_q == nullptr || k_len == nullptr) {
     if (batch == 1 && total_q <= INT32_MAX && max_k_len <= INT32_MAX) {  // one request at the bound
       const std::int32_t cu[2] = {0, static_cast<std::int32_t>(total_q)};
       const auto kl = static_cast<std::int32_t>(std::max<std::int64_t>(max_k_len, 0));
-      return union_only_batch(cu, &kl, 1, total_q, max_k_len, h_kv, group, topk, q_per_tile);
+      return walk_tile_bounds(cu, &kl, 1, total_q, max_k_len, topk, q_per_tile, visit);
     }
     // Every tile full, each of its requests at max_k_len.
     const std::int64_t blocks = (std::max<std::int64_t>(max_k_len, 0) + kBlockSize - 1) / kBlockSize;
     const std::int64_t unions =
         std::min(std::min<std::int64_t>(batch, q_per_tile) * blocks, std::int64_t(q_per_tile) * topk);
     const std::int64_t edges = std::int64_t(q_per_tile) * std::min<std::int64_t>(topk, blocks);
-    return add(static_cast<std::uint64_t>(unions), static_cast<std::uint64_t>(edges),
-               static_cast<std::uint64_t>(tiles_per_head(total_q, q_per_tile))) &&
-           fits();
+    return add(unions, edges, tiles_per_head(total_q, q_per_tile));
   }
   // The tiles in ascending order; a tile may hold the end of one request and the start of the next.
-  std::uint64_t unions = 0, edges = 0;
+  std::int64_t unions = 0, edges = 0;
   std::int64_t tile = -1;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t q0 = cu_seqlens_q[b], q_len = cu_seqlens_q[b + 1] - q0;
@@ -105,20 +99,81 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
         const std::int64_t v = p_first / kBlockSize + 1;
         const std::int64_t block_end = v * kBlockSize - 1;
         const std::int64_t t_end = std::min(t + (block_end - p_last) / q_per_tile, q1 / q_per_tile - 1);
-        if (!add(static_cast<std::uint64_t>(std::min<std::int64_t>(v, std::int64_t(q_per_tile) * topk)),
-                 static_cast<std::uint64_t>(std::int64_t(q_per_tile) * std::min<std::int64_t>(topk, v)),
-                 static_cast<std::uint64_t>(t_end - t + 1)))
+        if (!add(std::min<std::int64_t>(v, std::int64_t(q_per_tile) * topk),
+                 std::int64_t(q_per_tile) * std::min<std::int64_t>(topk, v), t_end - t + 1))
           return false;
         t = t_end;
         tile = -1;  // the run is added; the next tile starts afresh
         continue;
       }
       const std::int64_t seen = p_last < 0 ? 0 : std::min(p_last / kBlockSize + 1, kl_blocks);
-      unions += static_cast<std::uint64_t>(std::min(seen, (last - first + 1) * topk));
-      edges += static_cast<std::uint64_t>(edges_below(p_last + 1, topk) - edges_below(p_first, topk));
+      unions += std::min(seen, (last - first + 1) * topk);
+      edges += edges_below(p_last + 1, topk) - edges_below(p_first, topk);
     }
   }
-  return (tile < 0 || add(unions, edges, 1)) && fits();
+  return tile < 0 || add(unions, edges, 1);
+}
+
+}  // namespace
+
+bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                      std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk, int q_per_tile,
+                      int routed_q_per_tile, std::uint64_t max_union) {
+  if (batch <= 0 || total_q <= 0 || h_kv <= 0 || group <= 0 || topk <= 0 || q_per_tile <= 0) return false;
+  if (routed_q_per_tile <= 0) routed_q_per_tile = q_per_tile;
+  const auto heads = static_cast<std::uint64_t>(h_kv);
+  if (routed_q_per_tile != q_per_tile) {
+    // Tiles of another size than the routed call's: every tile's union cost (and the largest
+    // union, within max_union) first, then the routed call's work on its own tiles.
+    std::uint64_t all = 0, largest = 0;
+    if (!walk_tile_bounds(cu_seqlens_q, k_len, batch, total_q, max_k_len, topk, q_per_tile,
+                          [&](std::uint64_t unions, std::uint64_t, std::uint64_t tiles) {
+                            all += tiles * union_path_cost(unions);
+                            largest = std::max(largest, unions);
+                            return largest <= max_union;
+                          }))
+      return false;
+    std::uint64_t chosen = 0;
+    walk_tile_bounds(cu_seqlens_q, k_len, batch, total_q, max_k_len, topk, routed_q_per_tile,
+                     [&](std::uint64_t unions, std::uint64_t edges, std::uint64_t tiles) {
+                       chosen += tiles * std::min(union_path_cost(unions), block_major_path_cost(edges, group));
+                       return true;
+                     });
+    const std::uint64_t routed = kRoutedCallCost + heads * chosen;
+    return heads * all <= routed && kUnionSms * union_path_cost(largest) <= routed;
+  }
+  const std::uint64_t budget = kRoutedCallCost / heads;  // per KV head
+  // Per KV head: the union kernel's cost beyond the per-tile choice, the choice's own cost, and
+  // the largest tile's union bound.
+  std::uint64_t excess = 0, chosen = 0, largest = 0;
+  const auto add = [&](std::uint64_t unions, std::uint64_t edges, std::uint64_t tiles) {
+    const std::uint64_t u = union_path_cost(unions), b = block_major_path_cost(edges, group);
+    excess += tiles * (u > b ? u - b : 0);
+    chosen += tiles * std::min(u, b);
+    largest = std::max(largest, unions);
+    return excess <= budget && largest <= max_union;
+  };
+  // The critical path: the largest tile, run by one CTA, within the routed call's time.
+  return walk_tile_bounds(cu_seqlens_q, k_len, batch, total_q, max_k_len, topk, q_per_tile, add) &&
+         kUnionSms * union_path_cost(largest) <= kRoutedCallCost + heads * chosen;
+}
+
+int union_group_heads(std::int64_t kv_bytes_per_head, std::int64_t per_head, int h_kv, int ctas,
+                      std::int64_t l2_bytes) {
+  if (h_kv <= 1 || per_head <= 0) return std::max(h_kv, 1);
+  // K/V within twice the L2 cache: the interleaved order keeps most of it resident, and groups
+  // would only cost balance (docs/performance.md, step 47).
+  if (kv_bytes_per_head <= 2 * l2_bytes / h_kv) return h_kv;
+  const std::int64_t fit = kv_bytes_per_head > 0 ? (l2_bytes / 2) / kv_bytes_per_head : h_kv;
+  const std::int64_t balance = (2 * std::int64_t(std::max(ctas, 1)) + per_head - 1) / per_head;
+  return static_cast<int>(std::clamp<std::int64_t>(std::max(fit, balance), 1, h_kv));
+}
+
+bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                     std::int64_t total_q, std::int64_t max_k_len, int topk, int q_per_tile, std::uint64_t max_union) {
+  if (batch <= 0 || total_q <= 0 || topk <= 0 || q_per_tile <= 0) return false;
+  return walk_tile_bounds(cu_seqlens_q, k_len, batch, total_q, max_k_len, topk, q_per_tile,
+                          [&](std::uint64_t unions, std::uint64_t, std::uint64_t) { return unions <= max_union; });
 }
 
 }  // namespace msa

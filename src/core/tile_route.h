@@ -33,6 +33,27 @@ MSA_HOST_DEVICE Int tile_of_rank(Int r, Int per_head, int h_kv) {
   return h * per_head + (per_head - 1 - r / h_kv);
 }
 
+// The same order over groups of group_heads KV heads (the last group may hold fewer): the groups
+// one after another, each in tile_of_rank's order over its own heads; tile_of_rank itself when
+// group_heads >= h_kv (or <= 0). A plan-free launch whose K/V exceeds the L2 cache takes it, so that the
+// tiles running at once read the K/V of a few heads (union_group_heads).
+template <class Int>
+MSA_HOST_DEVICE Int tile_of_rank_grouped(Int r, Int per_head, int h_kv, int group_heads) {
+  if (group_heads <= 0 || group_heads >= h_kv) return tile_of_rank(r, per_head, h_kv);
+  const Int group_tiles = per_head * group_heads;
+  const Int g = r / group_tiles;
+  const int first = static_cast<int>(g) * group_heads;
+  const int heads = h_kv - first < group_heads ? h_kv - first : group_heads;
+  const Int rr = r - g * group_tiles;
+  return (first + static_cast<int>(rr % heads)) * per_head + (per_head - 1 - rr / heads);
+}
+
+// The group size of tile_of_rank_grouped for a plan-free launch: h_kv (no groups) while the K/V
+// of all heads (kv_bytes_per_head each) is within twice the L2 cache; beyond, as many KV heads as
+// keep their K/V within half the L2 cache, but at least enough for two rounds of tiles over the
+// CTAs (the snake schedule balances heaviest-first tiles round by round), and at most h_kv.
+int union_group_heads(std::int64_t kv_bytes_per_head, std::int64_t per_head, int h_kv, int ctas, std::int64_t l2_bytes);
+
 // The routing's cost model, measured per GQA group G (docs/performance.md, step 31: the three
 // paths at G = 1..16, S = 2k-24k, h_q 64, D 128, bf16, H100). The tile-union kernel costs about
 // one step per union block of a tile, a 128-key block for its whole 128-row M tile, whatever
@@ -96,8 +117,23 @@ struct TileRoute {
 // With the batch on the device (cu_seqlens_q / k_len null) one request is taken at max_k_len
 // with all total_q queries; more requests are each taken at max_k_len in every tile,
 // min(batch, q_per_tile) of them a tile.
+//
+// A plan-free call may take tiles of more queries than a routed one (routed_q_per_tile, the
+// routing's; 0: the same): the union kernel then costs less per row where the routed tiles
+// fill few of its 128 rows (G <= 3). It is taken when every such tile's union cost, summed,
+// and the largest one's serial time, fit the routed call: its fixed cost plus the per-tile
+// rule's choice over the routed tiles. With max_union, also false when a tile's union bound
+// exceeds it (the tiles of a plan-free call must fit the kernel's union list).
 bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
-                      std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk, int q_per_tile);
+                      std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk, int q_per_tile,
+                      int routed_q_per_tile = 0, std::uint64_t max_union = UINT64_MAX);
+
+// True when no tile's union bound (the one union_only_batch takes) exceeds max_union: the
+// union of a tile whose builders drop the blocks none of its queries can see (causal, below
+// k_len) fits a list of max_union entries, whatever the top-k ids. A device batch (null
+// cu_seqlens_q / k_len) is taken at max_k_len as union_only_batch does.
+bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                     std::int64_t total_q, std::int64_t max_k_len, int topk, int q_per_tile, std::uint64_t max_union);
 
 // The routing rule (union_path_wins per tile) on the host. topk [h_kv, total_q, topk]
 // contiguous; cu_seqlens_q [batch + 1]; k_len [batch]; group = h_q / h_kv. Returns

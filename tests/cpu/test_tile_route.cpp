@@ -10,6 +10,7 @@
 
 #include "core/k2q_host.h"
 #include "core/tile_route.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
 
 namespace {
@@ -200,6 +201,151 @@ TEST(TileRoute, UnionOnlyBatchMatchesItsDefinition) {
   EXPECT_GT(agreed_false, 20);
 }
 
+// tile_unions_fit against its definition: the largest union bound of a tile (union_only_by_
+// definition's) fits max_union exactly when max_union is at least that; union_only_batch with
+// that cap answers as without one, and false below it. Tiles of up to 128 queries, as a
+// plan-free call at G <= 3 takes them.
+std::uint64_t largest_union_by_definition(const std::vector<std::int32_t>& cu, const std::vector<std::int32_t>& kl,
+                                          int topk, int q_per_tile) {
+  std::uint64_t largest = 0;
+  for (std::int64_t t0 = 0; t0 < cu.back(); t0 += q_per_tile) {
+    std::uint64_t unions = 0;
+    for (std::size_t b = 0; b + 1 < cu.size(); ++b) {
+      const std::int64_t first = std::max<std::int64_t>(cu[b], t0);
+      const std::int64_t last = std::min<std::int64_t>(cu[b + 1], t0 + q_per_tile) - 1;
+      if (last < first) continue;
+      const std::int64_t pos = kl[b] - (cu[b + 1] - cu[b]) + (last - cu[b]);
+      unions += static_cast<std::uint64_t>(std::min(pos < 0 ? 0 : pos / 128 + 1, (last - first + 1) * topk));
+    }
+    largest = std::max(largest, unions);
+  }
+  return largest;
+}
+
+TEST(TileRoute, TileUnionsFitMatchesItsDefinition) {
+  std::mt19937 rng(37);
+  int capped = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int group = std::vector<int>{1, 2, 3, 16}[rng() % 4];
+    const int topk = 1 + static_cast<int>(rng() % 32);
+    const int q_per_tile = msa::cuda::tile_union_free_queries(group, topk);
+    const int batch = 1 + static_cast<int>(rng() % 12);
+    std::vector<std::int32_t> cu = {0}, kl;
+    for (int b = 0; b < batch; ++b) {
+      const int q_len = rng() % 5 == 0 ? 0 : static_cast<int>(rng() % 700);
+      cu.push_back(cu.back() + q_len);
+      kl.push_back(q_len + (rng() % 3 == 0 ? 0 : static_cast<int>(rng() % 90000)));
+    }
+    if (cu.back() == 0) continue;
+    const std::uint64_t largest = largest_union_by_definition(cu, kl, topk, q_per_tile);
+    const std::int32_t max_k = *std::max_element(kl.begin(), kl.end());
+    EXPECT_TRUE(msa::tile_unions_fit(cu.data(), kl.data(), batch, cu.back(), max_k, topk, q_per_tile, largest))
+        << "trial " << trial;
+    const int h_kv = 64 / group;
+    const bool uncapped =
+        msa::union_only_batch(cu.data(), kl.data(), batch, cu.back(), max_k, h_kv, group, topk, q_per_tile);
+    EXPECT_EQ(msa::union_only_batch(cu.data(), kl.data(), batch, cu.back(), max_k, h_kv, group, topk, q_per_tile,
+                                    q_per_tile, largest),
+              uncapped)
+        << "trial " << trial;
+    if (largest == 0) continue;
+    ++capped;
+    EXPECT_FALSE(msa::tile_unions_fit(cu.data(), kl.data(), batch, cu.back(), max_k, topk, q_per_tile, largest - 1))
+        << "trial " << trial;
+    EXPECT_FALSE(msa::union_only_batch(cu.data(), kl.data(), batch, cu.back(), max_k, h_kv, group, topk, q_per_tile, 0,
+                                       largest - 1))
+        << "trial " << trial;
+  }
+  EXPECT_GT(capped, 200);
+}
+
+// union_only_batch with plan-free tiles larger than the routed ones, against its definition:
+// every large tile's union cost summed, and the largest one's serial time, against the routed
+// call (kRoutedCallCost plus the per-tile rule's choice over the routed tiles); every large
+// tile's union bound within max_union.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> tile_bounds_by_definition(const std::vector<std::int32_t>& cu,
+                                                                               const std::vector<std::int32_t>& kl,
+                                                                               int topk, int q_per_tile) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> tiles;  // (union bound, edges)
+  for (std::int64_t t0 = 0; t0 < cu.back(); t0 += q_per_tile) {
+    std::uint64_t unions = 0, edges = 0;
+    for (std::size_t b = 0; b + 1 < cu.size(); ++b) {
+      const std::int64_t first = std::max<std::int64_t>(cu[b], t0);
+      const std::int64_t last = std::min<std::int64_t>(cu[b + 1], t0 + q_per_tile) - 1;
+      if (last < first) continue;
+      const auto seen = [&](std::int64_t q) {
+        const std::int64_t pos = kl[b] - (cu[b + 1] - cu[b]) + (q - cu[b]);
+        return pos < 0 ? std::int64_t(0) : pos / 128 + 1;
+      };
+      unions += static_cast<std::uint64_t>(std::min(seen(last), (last - first + 1) * topk));
+      for (std::int64_t q = first; q <= last; ++q)
+        edges += static_cast<std::uint64_t>(std::min<std::int64_t>(topk, seen(q)));
+    }
+    tiles.push_back({unions, edges});
+  }
+  return tiles;
+}
+
+TEST(TileRoute, WidePlanFreeTilesMatchTheirDefinition) {
+  std::mt19937 rng(41);
+  int agreed_true = 0, agreed_false = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int group = std::vector<int>{1, 2, 3}[rng() % 3];
+    const int topk = 1 + static_cast<int>(rng() % 32);
+    const int q_wide = msa::cuda::tile_union_free_queries(group, topk);
+    const int q_routed = msa::cuda::tile_union_queries_per_tile(group, topk);
+    const int batch = 1 + static_cast<int>(rng() % 6);
+    std::vector<std::int32_t> cu = {0}, kl;
+    for (int b = 0; b < batch; ++b) {
+      const int q_len = rng() % 5 == 0 ? 0 : static_cast<int>(rng() % 9000);
+      cu.push_back(cu.back() + q_len);
+      kl.push_back(q_len + (rng() % 3 == 0 ? 0 : static_cast<int>(rng() % 20000)));
+    }
+    if (cu.back() == 0) continue;
+    const int h_kv = 64 / group;
+    const std::uint64_t max_union = rng() % 2 == 0 ? 512 : UINT64_MAX;
+    std::uint64_t all = 0, largest = 0, chosen = 0;
+    for (const auto& [u, e] : tile_bounds_by_definition(cu, kl, topk, q_wide)) {
+      all += msa::union_path_cost(u);
+      largest = std::max(largest, u);
+    }
+    for (const auto& [u, e] : tile_bounds_by_definition(cu, kl, topk, q_routed))
+      chosen += std::min(msa::union_path_cost(u), msa::block_major_path_cost(e, group));
+    const auto heads = static_cast<std::uint64_t>(h_kv);
+    const std::uint64_t routed = msa::kRoutedCallCost + heads * chosen;
+    const bool want =
+        largest <= max_union && heads * all <= routed && msa::kUnionSms * msa::union_path_cost(largest) <= routed;
+    const std::int32_t max_k = *std::max_element(kl.begin(), kl.end());
+    EXPECT_EQ(msa::union_only_batch(cu.data(), kl.data(), batch, cu.back(), max_k, h_kv, group, topk, q_wide, q_routed,
+                                    max_union),
+              want)
+        << "trial " << trial;
+    (want ? agreed_true : agreed_false) += 1;
+  }
+  EXPECT_GT(agreed_true, 20);
+  EXPECT_GT(agreed_false, 20);
+}
+
+// The plan-free tile size: 128 queries at G = 1 while every tile's union fits the list (one
+// request whose last tile sees at most 512 blocks), the routed tiles' 32 or a routed call
+// beyond; G = 16 keeps its 8-query tiles.
+TEST(TileRoute, PlanFreeTilesHoldMoreQueriesAtSmallGroups) {
+  using msa::cuda::plan_free_queries_per_tile;
+  const auto one = [](std::int32_t s, int h_kv, int group) {
+    const std::vector<std::int32_t> cu = {0, s}, kl = {s};
+    return plan_free_queries_per_tile(cu.data(), kl.data(), 1, s, s, h_kv, group, 16);
+  };
+  EXPECT_EQ(one(2500, 64, 1), 128);
+  EXPECT_EQ(one(8192, 64, 1), 128);
+  EXPECT_EQ(one(16384, 64, 1), 128);  // about dense work, below the routed call's on 32-query tiles
+  EXPECT_EQ(one(4096, 32, 2), 64);
+  EXPECT_EQ(one(4096, 4, 16), 8);
+  EXPECT_NE(one(80000, 64, 1), 128);  // the last tiles see 625 blocks: more than the list holds
+  EXPECT_EQ(plan_free_queries_per_tile(nullptr, nullptr, 1, 2500, 2500, 64, 1, 16), 128);  // device batch
+  EXPECT_EQ(msa::cuda::forced_union_queries_per_tile(nullptr, nullptr, 1, 80000, 80000, 1, 16), 32);
+  EXPECT_EQ(msa::cuda::forced_union_queries_per_tile(nullptr, nullptr, 1, 60000, 60000, 1, 16), 128);
+}
+
 TEST(TileRoute, HostPlannerLeavesRoutedRowsOut) {
   // One request of 6 queries (k_len 384: blocks 0..2), 2 KV heads, topk 2, tiles of 2 queries.
   std::vector<std::int32_t> cu = {0, 6}, k_len = {384};
@@ -258,4 +404,38 @@ TEST(TileRoute, RankOrderIsAPermutationHeaviestFirst) {
       for (const int s : seen) EXPECT_EQ(s, 1);
     }
   }
+}
+
+// The grouped order: a permutation; the groups' ranks one after another, each group's tiles
+// heaviest first over its own heads (the last group may hold fewer), tile_of_rank itself with
+// one group. And the group size: no groups while the K/V fits twice the L2, then the heads
+// whose K/V fits half of it, at least two rounds of tiles.
+TEST(TileRoute, GroupedRankOrderIsAPermutationHeaviestFirstPerGroup) {
+  for (const int h_kv : {1, 3, 8, 64}) {
+    for (const int group_heads : {1, 2, 3, 5, 64, 0}) {
+      for (const std::int64_t per_head : {1, 2, 7, 64}) {
+        std::vector<int> seen(static_cast<std::size_t>(per_head * h_kv), 0);
+        const int g = group_heads <= 0 || group_heads > h_kv ? h_kv : group_heads;
+        for (std::int64_t r = 0; r < per_head * h_kv; ++r) {
+          const std::int64_t t = msa::tile_of_rank_grouped(r, per_head, h_kv, group_heads);
+          ASSERT_GE(t, 0);
+          ASSERT_LT(t, per_head * h_kv);
+          ++seen[static_cast<std::size_t>(t)];
+          const std::int64_t group = r / (per_head * g), first = group * g;
+          const std::int64_t heads = std::min<std::int64_t>(g, h_kv - first), rr = r - group * per_head * g;
+          EXPECT_EQ(t / per_head, first + rr % heads) << "head of rank " << r;
+          EXPECT_EQ(t % per_head, per_head - 1 - rr / heads) << "tile of rank " << r;
+          if (g == h_kv) EXPECT_EQ(t, msa::tile_of_rank(r, per_head, h_kv));
+        }
+        for (const int n : seen) EXPECT_EQ(n, 1);
+      }
+    }
+  }
+  const std::int64_t l2 = 50 << 20;
+  EXPECT_EQ(msa::union_group_heads(std::int64_t(2048) * 512, 16, 64, 132, l2), 64);  // 64 MB of K/V
+  EXPECT_EQ(msa::union_group_heads(std::int64_t(8192) * 512, 64, 64, 132, l2), 6);   // 4 MB a head
+  EXPECT_EQ(msa::union_group_heads(std::int64_t(16384) * 512, 128, 64, 132, l2), 3);
+  EXPECT_EQ(msa::union_group_heads(std::int64_t(16384) * 512, 16, 64, 132, l2), 17);  // two rounds
+  EXPECT_EQ(msa::union_group_heads(std::int64_t(1) << 40, 1, 4, 132, l2), 4);
+  EXPECT_EQ(msa::union_group_heads(std::int64_t(1) << 30, 1000, 1, 132, l2), 1);
 }

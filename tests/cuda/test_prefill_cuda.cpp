@@ -43,9 +43,11 @@ struct Case {
   WorkloadSpec spec;
   int q_per_item = 64;
   bool adversarial = false;  // sprinkle -1, duplicates and out-of-range ids into the rows
+  bool future_ids = false;   // and ids of blocks below k_len that the query cannot see (causal)
   msa::PrefillPath path = msa::PrefillPath::kBlockMajor;
   bool mixed_route = false;  // PrefillPath::kAuto must route tiles both ways (checked)
-  bool union_only = false;   // kAuto must take the plan-free path (union_only_batch, checked)
+  bool union_only = false;   // kAuto must take the plan-free path (plan_free_queries_per_tile, checked)
+  int free_queries = 0;      // > 0: ... with tiles of this many queries (checked)
   bool host_batch = false;   // plan() from the CPU batch tensors (else device ones + a bound)
   bool no_lse = false;       // run() without the optional lse
 };
@@ -88,6 +90,18 @@ std::vector<Case> cases() {
   std::vector<Request> tiny;
   for (int i = 0; i < 40; ++i) tiny.push_back({1 + i % 3, 1 + i % 3 + (i * 37) % 700});
   c.push_back({"page64_g4_random_tiny_requests", spec_of(16, 4, 16, 64, tiny, Selection::kRandom, 18)});
+  // G <= 3 with no device plan: tiles of more queries than routed ones (tile_union_free_queries).
+  // G = 1: tiles of 128 queries over up to 64 requests (segments) each, rows with ids no query
+  // of a tile can see (its union is bounded by the blocks its queries see). G = 2: 64-query
+  // tiles with hostile rows and unseen ids.
+  std::vector<Request> tiny1;
+  for (int i = 0; i < 90; ++i) tiny1.push_back({1 + i % 3, 1 + i % 3 + (i * 53) % 600});
+  Case tiny_g1{"page32_g1_random_tiny_requests", spec_of(4, 4, 16, 32, tiny1, Selection::kRandom, 19)};
+  tiny_g1.future_ids = true;
+  c.push_back(tiny_g1);
+  Case adv_g2{"page64_g2_random_adversarial", spec_of(8, 4, 16, 64, chunked, Selection::kRandom, 20), 64, true};
+  adv_g2.future_ids = true;
+  c.push_back(adv_g2);
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
   // Random picks among 123..128 visible blocks (request 0) route to the block-major kernel,
   // among <= 8 (request 1) to the tile-union kernel: PrefillPath::kAuto runs both in one call
@@ -108,9 +122,11 @@ std::vector<Case> cases() {
       Case a = c[i];
       a.name += "_auto";
       a.path = msa::PrefillPath::kAuto;
-      // One request on 700 tokens. (40 requests on at most 702, from device tensors: planned,
-      // their bound, 32 requests of 6 blocks in a tile, is too long for one CTA.)
-      a.union_only = a.name.find("hot_rows") != std::string::npos;
+      // One request on 700 tokens, and the chunked batch at G = 3 in 42-query tiles. (40
+      // requests on at most 702, from device tensors: planned, their bound, 32 requests of 6
+      // blocks in a tile, is too long for one CTA; likewise 90 requests at G = 1.)
+      a.union_only = a.name.find("hot_rows") != std::string::npos || a.name.find("g3_random") != std::string::npos;
+      if (a.name.find("g3_random") != std::string::npos) a.free_queries = 42;
       c.push_back(a);
     }
   }
@@ -135,6 +151,21 @@ std::vector<Case> cases() {
   two.spec.sinks = true;
   two.union_only = true;
   c.push_back(two);
+  // One request at G = 1 (128-query tiles) and G = 2 (64), planned from host and device
+  // tensors, with unseen ids.
+  Case g1{"single_g1_union_only_128", spec_of(8, 8, 16, 128, {{2500, 3000}}, Selection::kRandom, 21)};
+  g1.path = msa::PrefillPath::kAuto;
+  g1.union_only = true;
+  g1.free_queries = 128;
+  g1.host_batch = true;
+  g1.future_ids = true;
+  c.push_back(g1);
+  Case g2{"single_g2_device_union_only_64", spec_of(16, 8, 16, 64, {{3000, 3000}}, Selection::kRandom, 22)};
+  g2.path = msa::PrefillPath::kAuto;
+  g2.spec.sinks = true;
+  g2.union_only = true;
+  g2.free_queries = 64;
+  c.push_back(g2);
   Case nolse{"single_union_only_no_lse", spec_of(16, 1, 16, 0, {{900, 3000}}, Selection::kRandom, 16)};
   nolse.path = msa::PrefillPath::kAuto;
   nolse.union_only = true;
@@ -159,6 +190,29 @@ std::vector<Case> cases() {
   return c;
 }
 
+// One slot in about half the rows names a block the query cannot see (after its position,
+// below its request's k_len): it must change nothing.
+void add_future_ids(Workload& w, std::uint64_t seed) {
+  std::mt19937_64 rng(seed * 7919 + 1);
+  const auto& shape = w.spec.shape;
+  auto* ids = w.topk.data<std::int32_t>();
+  const auto* cu = w.cu_seqlens_q.data<std::int32_t>();
+  const auto* kl = w.k_len.data<std::int32_t>();
+  int b = 0;
+  for (std::int64_t q = 0; q < w.total_q; ++q) {
+    while (cu[b + 1] <= q) ++b;
+    const std::int64_t pos = kl[b] - (cu[b + 1] - cu[b]) + (q - cu[b]);
+    const std::int64_t visible = pos / 128 + 1, blocks = (kl[b] + 127) / 128;
+    if (pos < 0 || blocks <= visible) continue;
+    for (int h = 0; h < shape.h_kv; ++h) {
+      if (rng() % 2 != 0) continue;
+      std::int32_t* row = ids + (std::int64_t(h) * w.total_q + q) * shape.topk;
+      row[rng() % shape.topk] =
+          static_cast<std::int32_t>(visible + static_cast<std::int64_t>(rng() % (blocks - visible)));
+    }
+  }
+}
+
 class PrefillCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
@@ -166,6 +220,7 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   const Case& c = GetParam();
   Workload w = msa::bench::make_workload(c.spec);
   if (c.adversarial) msa::test::make_adversarial(w.topk, c.spec.seed, 50);
+  if (c.future_ids) add_future_ids(w, c.spec.seed);
   if (c.spec.page_size > 0) msa::bench::poison_cache_tails(w);
   const auto& s = c.spec.shape;
   std::int64_t max_k_len = 0;
@@ -173,12 +228,15 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   const int q_per_tile = msa::cuda::tile_union_queries_per_tile(s.group(), s.topk);
   const auto b_count = static_cast<std::int64_t>(c.spec.requests.size());
   if (c.path == msa::PrefillPath::kAuto) {
-    const bool union_only =
-        c.host_batch ? msa::union_only_batch(w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), b_count,
-                                             w.total_q, max_k_len, s.h_kv, s.group(), s.topk, q_per_tile)
-                     : msa::union_only_batch(nullptr, nullptr, b_count, w.total_q, max_k_len, s.h_kv, s.group(), s.topk,
-                                             q_per_tile);
-    EXPECT_EQ(union_only, c.union_only) << c.name;
+    const int free_q = c.host_batch ? msa::cuda::plan_free_queries_per_tile(
+                                          w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), b_count,
+                                          w.total_q, max_k_len, s.h_kv, s.group(), s.topk)
+                                    : msa::cuda::plan_free_queries_per_tile(nullptr, nullptr, b_count, w.total_q,
+                                                                            max_k_len, s.h_kv, s.group(), s.topk);
+    EXPECT_EQ(free_q > 0, c.union_only) << c.name;
+    if (c.free_queries > 0) {
+      EXPECT_EQ(free_q, c.free_queries) << c.name;
+    }
   }
   if (c.mixed_route) {
     const std::vector<std::uint8_t> route = msa::route_tiles_host(

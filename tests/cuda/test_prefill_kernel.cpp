@@ -26,8 +26,9 @@
 #include "cuda/api/dispatch.h"
 #include "cuda/api/prefill_params.h"
 #include "cuda/api/prefill_workspace.h"
-#include "cuda/prefill/sm90/launch.h"
 #include "cuda/prefill/sm90/common/tma.h"
+#include "cuda/prefill/sm90/launch.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
 #include "tests/support/case_name.h"
 #include "tests/support/compare.h"
@@ -182,7 +183,8 @@ TEST_P(PrefillKernel, MatchesCpuOracle) {
         msa::cuda::launch_block_major<kDtype, kHeadDim>(p, tma, sm_count, nullptr);
       } else {
         const auto p = msa::cuda::tile_union_params(attn, in.args, static_cast<std::int64_t>(c.requests.size()),
-                                                    nullptr, nullptr);
+                                                    msa::cuda::tile_union_queries_per_tile(shape.group(), shape.topk),
+                                                    shape.h_kv, nullptr, nullptr);
         if (decode)
           msa::cuda::launch_tile_union<kDtype, kHeadDim, true>(p, tma, sm_count, nullptr);
         else

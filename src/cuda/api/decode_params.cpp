@@ -132,6 +132,7 @@ prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::Atten
   u.splits = g.splits;
   u.direct = g.splits == 1;
   u.tiles = g.pairs * g.splits;
+  u.group_heads = attn.h_kv;  // tile_of_rank's order (the decode's instances keep it anyway)
   return u;
 }
 

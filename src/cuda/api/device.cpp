@@ -23,4 +23,11 @@ int current_sm_count() {
   return sms;
 }
 
+long long current_l2_bytes() {
+  int device = 0, bytes = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
+  return bytes;
+}
+
 }  // namespace msa::cuda

@@ -125,13 +125,25 @@ class PrefillCuda final : public SparsePrefill::Impl {
     // host inputs. Otherwise kAuto routes each tile to the cheaper kernel before the plan is
     // built, so that the k2q plan leaves the union tiles' rows out. The tile-union kernel reads
     // top-k rows with a contiguous last dim; otherwise every tile stays block-major.
+    // A plan-free call's tiles may hold more queries than a routed call's (at G <= 3), where
+    // every tile's union fits the kernel's list (plan_free_queries_per_tile).
     const bool union_readable = host_topk || topk.stride[2] == 1;
     const bool automatic = options.prefill_path == PrefillPath::kAuto;
-    union_only_ = options.prefill_path == PrefillPath::kTileUnion ||
-                  (automatic && total_q > 0 && union_readable &&
-                   union_only_batch(host_batch ? info.cu_q.data() : nullptr, host_batch ? info.k_len.data() : nullptr,
-                                    b_count, total_q, max_k_len, shape.h_kv, shape.group(), shape.topk,
-                                    tile_union_queries_per_tile(shape.group(), shape.topk)));
+    const std::int32_t* host_cu = host_batch ? info.cu_q.data() : nullptr;
+    const std::int32_t* host_k_len = host_batch ? info.k_len.data() : nullptr;
+    union_q_per_tile_ = tile_union_queries_per_tile(shape.group(), shape.topk);
+    if (options.prefill_path == PrefillPath::kTileUnion) {
+      union_only_ = true;
+      union_q_per_tile_ =
+          forced_union_queries_per_tile(host_cu, host_k_len, b_count, total_q, max_k_len, shape.group(), shape.topk);
+    } else {
+      const int free_q = automatic && total_q > 0 && union_readable
+                             ? plan_free_queries_per_tile(host_cu, host_k_len, b_count, total_q, max_k_len, shape.h_kv,
+                                                          shape.group(), shape.topk)
+                             : 0;
+      union_only_ = free_q > 0;
+      if (union_only_) union_q_per_tile_ = free_q;
+    }
     routed_ = automatic && !union_only_ && total_q > 0 && union_readable;
     // plan_snapshot() of a plan that built nothing rebuilds it on the host from these.
     planned_topk_ = TensorView::strided(const_cast<std::int32_t*>(in.topk), DType::kInt32,
@@ -165,6 +177,18 @@ class PrefillCuda final : public SparsePrefill::Impl {
     if (!union_only_) build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
 
     if (sm_count_ == 0) sm_count_ = current_sm_count();
+    if (l2_bytes_ == 0) l2_bytes_ = current_l2_bytes();
+    // A plan-free launch walks its tiles over groups of KV heads whose K/V fits the L2 cache.
+    union_group_heads_ = shape.h_kv;
+    if (union_only_ && total_q > 0) {
+      std::int64_t kv_tokens = 0;  // per KV head
+      if (host_batch)
+        for (const std::int32_t k : info.k_len) kv_tokens += std::max<std::int32_t>(k, 0);
+      else
+        kv_tokens = b_count * std::max<std::int64_t>(max_k_len, 0);
+      union_group_heads_ = union_group_heads(kv_tokens * shape.d * 2 * 2, tiles_per_head(total_q, union_q_per_tile_),
+                                             shape.h_kv, sm_count_, l2_bytes_);
+    }
     inputs_.keep(batch, topk);
     plan_stream_ = stream;
     batch_staged_ = host_batch;
@@ -199,7 +223,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
     const bool use_block_major = !union_only_;
     MSA_REQUIRE(!use_union || a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
                 "the tile-union prefill reads top-k rows with a contiguous last dim");
-    const int q_per_tile = tile_union_queries_per_tile(shape.group(), shape.topk);
+    const int q_per_tile = union_q_per_tile_;
     MSA_REQUIRE(!use_union || shape.h_kv * ((planned_total_q_ + q_per_tile - 1) / q_per_tile) <= INT32_MAX / 2,
                 "q.shape[0]", std::to_string(planned_total_q_),
                 "the tile-union prefill numbers (KV head, query tile) pairs in 32 bits: h_kv * ceil(total_q / " +
@@ -249,8 +273,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
     // and the combine merges the other rows' slots.
     dispatch_prefill(a.q.dtype, shape.d, [&]<DType kDtype, int kHeadDim>() {
       if (use_union) {
-        prefill_sm90::TileUnionParams u = tile_union_params(attn, a, planned_batch_, routed_ ? ws_.union_list : nullptr,
-                                                            routed_ ? ws_.union_count : nullptr);
+        prefill_sm90::TileUnionParams u =
+            tile_union_params(attn, a, planned_batch_, q_per_tile, union_group_heads_,
+                              routed_ ? ws_.union_list : nullptr, routed_ ? ws_.union_count : nullptr);
         u.direct = true;
         launch_tile_union<kDtype, kHeadDim, false>(u, tma, sm_count_, stream);
       }
@@ -272,10 +297,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
                             as_host(m.mirror(planned_k_len_, plan_stream_))};
     const TensorView topk = as_host(m.mirror(planned_topk_, plan_stream_));
     m.wait(plan_stream_);
-    const int q_per_tile = tile_union_queries_per_tile(shape.group(), shape.topk);
     const std::vector<std::uint8_t> every(
-        static_cast<std::size_t>(shape.h_kv * tiles_per_head(planned_total_q_, q_per_tile)), 1);
-    return build_k2q_csr_routed(shape, batch, topk, options, TileRoute{q_per_tile, every.data()});
+        static_cast<std::size_t>(shape.h_kv * tiles_per_head(planned_total_q_, union_q_per_tile_)), 1);
+    return build_k2q_csr_routed(shape, batch, topk, options, TileRoute{union_q_per_tile_, every.data()});
   }
 
  private:
@@ -332,6 +356,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
   PlanInputs inputs_;
   bool routed_ = false;      // plan() routed tiles into ws_.union_* (PrefillPath::kAuto)
   bool union_only_ = false;  // every tile on the tile-union kernel: plan() built nothing
+  int union_q_per_tile_ = 0;   // queries per tile of the union kernel's launch (routed: the routing's)
+  int union_group_heads_ = 0;  // a plan-free launch's tile order (tile_of_rank_grouped)
+  long long l2_bytes_ = 0;
   TensorView planned_cu_, planned_k_len_, planned_topk_;  // device views plan() read
   PrefillWorkspace ws_{};
   cudaStream_t plan_stream_ = nullptr;

@@ -60,19 +60,20 @@ prefill_sm90::AttentionParams attention_params(const AttentionShape& shape, cons
 }
 
 prefill_sm90::TileUnionParams tile_union_params(const prefill_sm90::AttentionParams& attn, const PrefillArgs& a,
-                                                std::int64_t batch, const std::int32_t* tile_list,
-                                                const std::int32_t* tile_count) {
+                                                std::int64_t batch, int q_per_tile, int group_heads,
+                                                const std::int32_t* tile_list, const std::int32_t* tile_count) {
   prefill_sm90::TileUnionParams u{};
   u.attn = attn;
   u.topk = a.topk.ptr<const std::int32_t>();
   u.stride_topk_head = a.topk.stride[0];
   u.stride_topk_token = a.topk.stride[1];
   u.batch = static_cast<int>(batch);
-  u.q_per_tile = tile_union_queries_per_tile(attn.group, attn.topk);
+  u.q_per_tile = q_per_tile;
   u.splits = 1;
   u.tiles = std::int64_t(attn.h_kv) * ((attn.total_q + u.q_per_tile - 1) / u.q_per_tile);
   u.tile_list = tile_list;
   u.tile_count = tile_count;
+  u.group_heads = group_heads;
   return u;
 }
 

@@ -22,10 +22,12 @@ void set_kv_params(prefill_sm90::AttentionParams& p, const KvCache& kv);
 prefill_sm90::AttentionParams attention_params(const AttentionShape& shape, const PrefillArgs& a, std::int64_t total_q,
                                                const PrefillWorkspace& w);
 
-// The tile-union kernel over every tile (list null) or the routed tiles.
+// The tile-union kernel over every tile (list null; in the order of tile_of_rank_grouped over
+// groups of group_heads KV heads) or the routed tiles, q_per_tile queries a tile (the routed
+// tiles': tile_union_queries_per_tile).
 prefill_sm90::TileUnionParams tile_union_params(const prefill_sm90::AttentionParams& attn, const PrefillArgs& a,
-                                                std::int64_t batch, const std::int32_t* tile_list,
-                                                const std::int32_t* tile_count);
+                                                std::int64_t batch, int q_per_tile, int group_heads,
+                                                const std::int32_t* tile_list, const std::int32_t* tile_count);
 
 // The block-major kernel over the plan's work items.
 prefill_sm90::BlockMajorParams block_major_params(const prefill_sm90::AttentionParams& attn, const PrefillWorkspace& w);

@@ -18,7 +18,7 @@ namespace msa::cuda {
 
 struct TileQuery {
   int b;        // request
-  int segment;  // its segment in the tile, 0..31
+  int segment;  // its segment in the tile, 0..127 (kTileUnionMaxQueries - 1)
   int k_len;    // max(k_len[b], 0)
   int blocks;   // ceil(k_len / 128)
   int pos;      // position of the query in its request (bottom-right causal)
@@ -52,7 +52,7 @@ __device__ __forceinline__ TileQuery tile_query(const std::int32_t* k_len, int b
   TileQuery t;
   t.b = b;
   // Clamped for batches that break the contract (cu_seqlens_q changed on the device since plan()):
-  // results are then unspecified, but every segment stays a valid index of a 32-entry table.
+  // results are then unspecified, but every segment stays a valid index of a per-query table.
   t.segment = static_cast<int>(min(start > q0 ? start - q0 : std::int64_t(0), std::int64_t(kTileUnionMaxQueries - 1)));
   t.k_len = max(k_len[b], 0);
   t.blocks = (t.k_len + kBlockSize - 1) / kBlockSize;
@@ -101,6 +101,19 @@ __device__ __forceinline__ unsigned finish_union_offer(std::int32_t* table, int 
 __device__ __forceinline__ unsigned offer_union_key(std::int32_t* table, int bits, std::int32_t key, bool& fresh) {
   const unsigned slot = union_key_home(key, bits);
   return finish_union_offer(table, bits, key, slot, atomicCAS(&table[slot], union_key::kNone, key), fresh);
+}
+
+// The slot holding `key` (not union_key::kNone) in a table that offers no longer change, or -1
+// when the key is not there.
+__device__ __forceinline__ int find_union_key(const std::int32_t* table, int bits, std::int32_t key) {
+  unsigned slot = union_key_home(key, bits);
+  for (int probes = 0; probes < (1 << bits); ++probes) {
+    const std::int32_t held = table[slot];
+    if (held == key) return static_cast<int>(slot);
+    if (held == union_key::kNone) return -1;
+    slot = (slot + 1) & ((1u << bits) - 1u);
+  }
+  return -1;
 }
 
 }  // namespace msa::cuda

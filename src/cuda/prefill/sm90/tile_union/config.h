@@ -11,16 +11,20 @@
 
 namespace msa::cuda::prefill_sm90 {
 
-constexpr int kMaxEntries = kTileUnionMaxEntries;  // q_per_tile * topk
-// The builders' open-addressing table of entry keys: twice the entries, a power of two.
+constexpr int kMaxEntries = kTileUnionMaxEntries;  // distinct entries of a tile's union
+constexpr int kMemberWords = kTileUnionMemberWords;
+// The builders' open-addressing table of entry keys: twice the entries, a power of two (the
+// builders stop taking keys near kMaxEntries, so it never fills).
 constexpr int kKeyTableSize = 2 * kMaxEntries;
 static_assert((kKeyTableSize & (kKeyTableSize - 1)) == 0);
+constexpr int kEntryWords = kTileUnionMaxTileEntries / 32;  // a bit per top-k entry of a tile
 
 // One tile's union, written by the builders and read by the loader and the consumers.
 struct UnionList {
   alignas(16) std::int32_t block[kMaxEntries];  // union entry u: its union_key (16-byte aligned
                                                 // for the sort's loads)
-  std::uint32_t members[kMaxEntries];           // bit i: tile query i selected entry u's block
+  alignas(16) std::uint32_t members[kMaxEntries][kMemberWords];  // bit i % 32 of word i / 32: tile
+                                                                 // query i selected entry u's block
   std::uint8_t chunks[kMaxEntries];             // its block's 16-token chunks on valid pages
   std::int32_t q_pos[kTileUnionMaxQueries];     // position of tile query i in its request
   std::int32_t seg_b[kTileUnionMaxQueries];     // request of tile segment s
@@ -40,13 +44,14 @@ struct TileUnionStorage {
   KvRing<Traits> kv;
   alignas(1024) Element q[kQBuffers<Traits>][Traits::kQElements];  // [row, d] swizzled, then O
   UnionList list[2];
-  // Builder scratch for the tile being built.
-  std::int32_t key[kMaxEntries];             // entry e = (query e / topk, slot): union_key, kNone ignored
-  std::int32_t first[kMaxEntries];           // first entry with the same key, -1 ignored
-  std::int32_t rank[kMaxEntries];            // union index of a first entry (before: the entry's table slot)
+  // Builder scratch for the tile being built (its top-k entries e = (query e / topk, slot) are
+  // read from global memory in each pass that needs them).
   std::int32_t table_key[kKeyTableSize];     // key table: a key, or union_key::kNone for a free slot
-  std::int32_t table_first[kKeyTableSize];   //   the smallest entry holding that key
-  std::int32_t q_seg[kTileUnionMaxQueries];  // segment of tile query i
+  std::int32_t table_first[kKeyTableSize];   //   the smallest entry holding that key, then its union rank
+  std::uint32_t first_bits[kEntryWords];     // bit e: entry e is the first holding its key
+  std::int32_t first_base[kEntryWords];      // first entries below entry 32 w
+  std::uint8_t q_seg[kTileUnionMaxQueries];  // segment of tile query i
+  std::int32_t keys_taken;                   // keys in the table (the builders stop at kMaxEntries)
   std::uint32_t q_absmax[2][4];              // FP8 K/V: each consumer warp's largest |q| bits (fp16_q_in_place)
   alignas(8) std::uint64_t q_full[2];        // TMA bytes
   std::uint64_t q_empty[2];                  // 256, after the O stores read it

@@ -4,27 +4,78 @@
 // take q_per_tile as a parameter) and the tools use these numbers; no CUDA header is needed.
 #pragma once
 
+#include <cstdint>
+
+#include "core/tile_route.h"
+
 namespace msa::cuda {
 
-inline constexpr int kTileUnionRows = 128;       // the kernel's M tile
-inline constexpr int kTileUnionMaxQueries = 32;  // membership masks are 32-bit
-inline constexpr int kTileUnionMaxEntries = 512;  // q_per_tile * topk: the union list and the builders' scratch
+inline constexpr int kTileUnionRows = 128;        // the kernel's M tile
+inline constexpr int kTileUnionMaxQueries = 128;  // a tile's queries: membership masks of 4 words
+inline constexpr int kTileUnionMemberWords = kTileUnionMaxQueries / 32;
+inline constexpr int kTileUnionRoutedQueries = 32;     // a routed tile's: the planner's routing takes a lane per query
+inline constexpr int kTileUnionMaxEntries = 512;       // distinct union entries of a tile: the union list
+inline constexpr int kTileUnionMaxTileEntries = 2048;  // q_per_tile * topk: the top-k entries a tile's builders read
 inline constexpr int kTileUnionMaxTopk = 32;
 
-// Queries per prefill tile for a GQA group (1..16 heads) and top-k: as many as fill the M tile,
-// within the membership masks and the list. The union kernel's step costs the same whatever
-// share of the 128 rows a tile fills (docs/performance.md, step 31), so at G <= 4 a tile of 32
-// queries halves the steps of one of 16 wherever the union is no larger.
+// Queries per routed prefill tile (PrefillPath::kAuto with a device plan, whose routing counts
+// every tile's union) for a GQA group (1..16 heads) and top-k: as many as fill the M tile,
+// within the routing's lanes and the union list (q_per_tile * topk <= 512 bounds any union).
+// The union kernel's step costs the same whatever share of the 128 rows a tile fills
+// (docs/performance.md, step 31), so at G <= 4 a tile of 32 queries halves the steps of one of
+// 16 wherever the union is no larger.
 constexpr int tile_union_queries_per_tile(int group, int topk) {
   const int fill = group <= 1 ? kTileUnionRows : kTileUnionRows / group;
   const int list = kTileUnionMaxEntries / (topk < 1 ? 1 : topk);
   const int q = fill < list ? fill : list;
-  return q < kTileUnionMaxQueries ? q : kTileUnionMaxQueries;
+  return q < kTileUnionRoutedQueries ? q : kTileUnionRoutedQueries;
 }
 static_assert(tile_union_queries_per_tile(16, 16) == 8 && tile_union_queries_per_tile(8, 32) == 16 &&
               tile_union_queries_per_tile(4, 16) == 32 && tile_union_queries_per_tile(4, 32) == 16 &&
               tile_union_queries_per_tile(1, 16) == 32 && tile_union_queries_per_tile(6, 16) == 21 &&
               tile_union_queries_per_tile(16, 32) == 8);
+
+// Queries per tile of a call with no device plan (every tile on the union kernel): as many as
+// fill the M tile, up to 128 (G = 1) and 2048 top-k entries. Their union may then exceed the
+// list: such a call takes these tiles only where every tile's union bound (its queries' causally
+// visible blocks, union_only_batch's bound) fits kTileUnionMaxEntries (tile_union_free_tiles).
+// At G <= 3 the tile holds more queries than a routed one; elsewhere the same.
+constexpr int tile_union_free_queries(int group, int topk) {
+  const int fill = group <= 1 ? kTileUnionRows : kTileUnionRows / group;
+  const int entries = kTileUnionMaxTileEntries / (topk < 1 ? 1 : topk);
+  const int q = fill < entries ? fill : entries;
+  return q < kTileUnionMaxQueries ? q : kTileUnionMaxQueries;
+}
+static_assert(tile_union_free_queries(1, 16) == 128 && tile_union_free_queries(2, 16) == 64 &&
+              tile_union_free_queries(3, 16) == 42 && tile_union_free_queries(4, 16) == 32 &&
+              tile_union_free_queries(16, 16) == 8 && tile_union_free_queries(1, 32) == 64 &&
+              tile_union_free_queries(8, 32) == 16);
+
+// PrefillPath::kAuto without a device plan (every tile on the union kernel): the queries per
+// tile of such a call, or 0 when the call is routed instead. Tiles of tile_union_free_queries
+// where the cost model takes them and every tile's union fits the list, else the routed tiles'
+// size where the cost model takes that (union_only_batch; a null cu_seqlens_q / k_len: a
+// device batch, taken at max_k_len).
+inline int plan_free_queries_per_tile(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                                      std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk) {
+  const int routed = tile_union_queries_per_tile(group, topk), free = tile_union_free_queries(group, topk);
+  if (free > routed && union_only_batch(cu_seqlens_q, k_len, batch, total_q, max_k_len, h_kv, group, topk, free, routed,
+                                        kTileUnionMaxEntries))
+    return free;
+  return union_only_batch(cu_seqlens_q, k_len, batch, total_q, max_k_len, h_kv, group, topk, routed) ? routed : 0;
+}
+
+// PrefillPath::kTileUnion (every tile on the union kernel, forced): tiles of
+// tile_union_free_queries where every tile's union fits the list, else the routed tiles' size.
+inline int forced_union_queries_per_tile(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len,
+                                         std::int64_t batch, std::int64_t total_q, std::int64_t max_k_len, int group,
+                                         int topk) {
+  const int routed = tile_union_queries_per_tile(group, topk), free = tile_union_free_queries(group, topk);
+  return free > routed &&
+                 tile_unions_fit(cu_seqlens_q, k_len, batch, total_q, max_k_len, topk, free, kTileUnionMaxEntries)
+             ? free
+             : routed;
+}
 
 // Queries per decode tile: at most 16 whatever the top-k (a decode request brings 1-16 queries;
 // the decode's tiles and splits were measured with these, docs/performance.md, step 14e).

@@ -40,8 +40,12 @@
 
 namespace msa::cuda::prefill_sm90 {
 
+// The decode's instances (kSkipBlocks) keep tile_of_rank's order: their launches set no groups,
+// and the grouped order's arithmetic would cost their consumers registers.
+template <class Traits>
 __device__ __forceinline__ TileListSchedule tile_schedule(const TileUnionParams& p) {
-  return TileListSchedule{p.tiles, p.attn.h_kv, p.tile_list, p.tile_count};
+  return TileListSchedule{p.tiles, p.attn.h_kv, p.tile_list, p.tile_count,
+                          Traits::kSkipBlocks ? p.attn.h_kv : p.group_heads};
 }
 
 // FP8 K/V: widens the K of union entries [u_from, u_to) of `list` (the blocks the loader lands,
@@ -58,7 +62,7 @@ __device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem, const
 template <class Traits>
 __device__ __forceinline__ void builders(const TileUnionParams& p, const PrefillTma& tma,
                                          TileUnionStorage<Traits>& smem) {
-  const TileListSchedule sched = tile_schedule(p);
+  const TileListSchedule sched = tile_schedule<Traits>(p);
   std::uint32_t iter = 0;
   std::uint32_t use = 0;  // FP8: ring blocks widened
   int prev_u = 0, prev_end = 0;  // FP8: the previous tile's entries not widened yet
@@ -104,7 +108,7 @@ template <class Traits>
 __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTma& tma,
                                        TileUnionStorage<Traits>& smem) {
   KvLoader<Traits> kv{p.attn, tma, smem.kv};
-  const TileListSchedule sched = tile_schedule(p);
+  const TileListSchedule sched = tile_schedule<Traits>(p);
   std::uint32_t iter = 0;
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
@@ -191,7 +195,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
   int row[2];
   accumulator_rows<Traits>(ct, row);
 
-  const TileListSchedule sched = tile_schedule(p);
+  const TileListSchedule sched = tile_schedule<Traits>(p);
   std::uint32_t iter = 0;
   std::uint32_t use = 0;
   for (const int pos : sched.mine()) {
@@ -201,20 +205,22 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     const UnionList& list = smem.list[buf];
     const int u0 = list.begin;  // the tile's split of the union: entries u0 + [0, n)
     const int n = list.end - u0;
-    // This thread's rows: their tile query's membership bit (none for padding) and position.
-    std::uint32_t row_bit[2];
+    // This thread's rows: their tile query (its membership bit; a padding row's query, nq or
+    // more, has none) and position.
+    int row_q[2];
     int row_pos[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int qi = row[half] / group;
-      row_bit[half] = qi < t.nq ? 1u << qi : 0u;
-      row_pos[half] = qi < t.nq ? list.q_pos[qi] : 0;
+      row_q[half] = row[half] / group;  // < kTileUnionMaxQueries
+      row_pos[half] = row_q[half] < t.nq ? list.q_pos[row_q[half]] : 0;
     }
-    // The tile queries owning a row of this warpgroup's 64 (padding rows own none).
+    // The tile queries owning a row of this warpgroup's 64 (padding rows own none). The
+    // skipping instances (the decode's) take tiles of at most 32 queries (launch_tile_union):
+    // one membership word.
     std::uint32_t wg_queries = 0;
     if constexpr (Traits::kSkipBlocks) {
       const int first = turn.wg * 64, last = min(turn.wg * 64 + 63, t.nq * group - 1);
-      for (int qi = first / group; first <= last && qi <= last / group; ++qi) wg_queries |= 1u << qi;
+      for (int qi = first / group; first <= last && qi <= last / group && qi < 32; ++qi) wg_queries |= 1u << qi;
     }
     // FP8 K/V: this thread's share of widening block u's V (the builders widen K).
     auto widen_v = [&](int u) {
@@ -223,10 +229,11 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     };
     auto key_limits = [&](int u, int(&limit)[2]) {
       const UnionEntry e = union_entry(list, u0 + u);
-      const std::uint32_t members = list.members[u0 + u];
 #pragma unroll
       for (int half = 0; half < 2; ++half)
-        limit[half] = (members & row_bit[half]) != 0u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
+        limit[half] = (list.members[u0 + u][row_q[half] >> 5] >> (row_q[half] & 31)) & 1u
+                          ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1))
+                          : 0;
     };
 
     const int qb = stage_of(iter, kQBuffers<Traits>);
@@ -300,7 +307,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       // query of this warpgroup's rows, that is the straight pipeline.
       bool every = true;
       if constexpr (Traits::kSkipBlocks)
-        for (int u = 0; u < n && every; ++u) every = (list.members[u0 + u] & wg_queries) != 0u;
+        for (int u = 0; u < n && every; ++u) every = (list.members[u0 + u][0] & wg_queries) != 0u;
       if (!Traits::kSkipBlocks || every) {
         phase(cute::true_type{}, cute::false_type{}, 0);
         for (int u = 1; u < n; ++u) phase(cute::true_type{}, cute::true_type{}, u);
@@ -313,7 +320,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
         // arrival could complete the stage's previous use.
         bool pending = false;
         for (int u = 0; u <= n; ++u) {
-          const bool take = u < n && (list.members[u0 + u] & wg_queries) != 0u;
+          const bool take = u < n && (list.members[u0 + u][0] & wg_queries) != 0u;
           if (take) {
             if (pending)
               phase(cute::true_type{}, cute::true_type{}, u);

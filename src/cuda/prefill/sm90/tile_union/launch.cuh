@@ -29,9 +29,13 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
   static_assert(smem <= 227 * 1024, "shared memory plan exceeds the sm_90 limit");
   prefill_sm90::assert_supported(p.attn);
   // The tile's limits (geometry.h); the prefill and the decode choose their own q_per_tile within them.
+  // Tiles of more than kTileUnionMaxEntries top-k entries are the caller's to bound
+  // (tile_union_free_queries): the builders stop at a full list.
   MSA_ASSERT(p.q_per_tile >= 1 && p.q_per_tile <= kTileUnionMaxQueries &&
-             p.q_per_tile * p.attn.topk <= kTileUnionMaxEntries && p.q_per_tile * p.attn.group <= kTileUnionRows &&
-             p.batch >= 1 && p.tiles <= INT32_MAX / 2 && p.q_per_request >= 0 &&
+             p.q_per_tile * p.attn.topk <= kTileUnionMaxTileEntries && p.q_per_tile * p.attn.group <= kTileUnionRows &&
+             // the decode's instances build small unions only, one membership word each
+             (!kDecode || (p.q_per_tile <= 32 && p.q_per_tile * p.attn.topk <= kTileUnionMaxEntries)) && p.batch >= 1 &&
+             p.tiles <= INT32_MAX / 2 && p.q_per_request >= 0 &&
              (p.q_per_request == 0 || p.attn.total_q == std::int64_t(p.batch) * p.q_per_request));
   MSA_ASSERT(p.topk != nullptr && (p.tile_list == nullptr) == (p.tile_count == nullptr));
   MSA_ASSERT(p.splits >= 1 && p.splits <= p.attn.slots && (p.splits == 1 || p.tile_list == nullptr));

@@ -33,6 +33,8 @@ struct TileUnionParams {
   const std::int32_t* tile_list;   // PrefillPath::kAuto: the tiles to run in rank order
   const std::int32_t* tile_count;  //   (tile_of_rank), the first *tile_count of [tiles]; null:
                                    //   every tile
+  int group_heads;                 // without a list: tiles in the order of tile_of_rank_grouped
+                                   // over groups of this many KV heads (1..h_kv; h_kv: tile_of_rank)
 };
 
 }  // namespace msa::cuda::prefill_sm90
