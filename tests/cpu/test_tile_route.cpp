@@ -425,7 +425,9 @@ TEST(TileRoute, GroupedRankOrderIsAPermutationHeaviestFirstPerGroup) {
           const std::int64_t heads = std::min<std::int64_t>(g, h_kv - first), rr = r - group * per_head * g;
           EXPECT_EQ(t / per_head, first + rr % heads) << "head of rank " << r;
           EXPECT_EQ(t % per_head, per_head - 1 - rr / heads) << "tile of rank " << r;
-          if (g == h_kv) EXPECT_EQ(t, msa::tile_of_rank(r, per_head, h_kv));
+          if (g == h_kv) {
+            EXPECT_EQ(t, msa::tile_of_rank(r, per_head, h_kv));
+          }
         }
         for (const int n : seen) EXPECT_EQ(n, 1);
       }

@@ -308,9 +308,9 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   CUDA_OK(cudaMemset(d_lse.ptr, 0xff, lse.bytes()));
   // (A host batch is staged from pageable memory: planned before the capture.)
   if (c.host_batch) op.plan(a.batch, a.topk, max_k_len, stream);
-  const msa::test::CapturedGraph graph(stream, [&](cudaStream_t s) {
-    if (!c.host_batch) op.plan(a.batch, a.topk, max_k_len, s);  // same sizes: no allocation inside capture
-    op.run(a, s);
+  const msa::test::CapturedGraph graph(stream, [&](cudaStream_t captured) {
+    if (!c.host_batch) op.plan(a.batch, a.topk, max_k_len, captured);  // same sizes: no allocation inside capture
+    op.run(a, captured);
   });
   ASSERT_TRUE(graph.ok());
   CUDA_OK(graph.launch(stream));

@@ -170,9 +170,13 @@ TEST_P(PrefillKernel, MatchesCpuOracle) {
     std::memcpy(ref.lse.data(), lse.raw(), lse.bytes());
   }
 
-  // decode: the tile-union kernel's decode instance (its warpgroups skip blocks none of their
-  // rows chose), which must leave every result bitwise as the prefill's instance does.
-  const auto launch = [&](int sm_count, DeviceOut& got, bool decode = false) {
+  // The tile-union kernel's instances: the prefill's narrow one; the decode's (its warpgroups
+  // skip blocks none of their rows chose), which must leave every result bitwise as the
+  // prefill's does; and at G <= 3 the wide one (tiles of up to 128 queries walked over groups
+  // of KV heads: other unions, so other summation orders, held to the oracle's tolerance).
+  using msa::cuda::TileUnionUse;
+  const int wide_q = msa::cuda::tile_union_free_queries(shape.group(), shape.topk);
+  const auto launch = [&](int sm_count, DeviceOut& got, TileUnionUse use = TileUnionUse::kPrefill) {
     d_o.poison();
     d_lse.poison();
     msa::cuda::dispatch_prefill(c.dtype, d, [&]<msa::DType kDtype, int kHeadDim>() {
@@ -181,69 +185,95 @@ TEST_P(PrefillKernel, MatchesCpuOracle) {
                                                           d_count.as<const std::int32_t>(),
                                                           d_qsplit.as<const std::int32_t>(), w.total_q * shape.topk};
         msa::cuda::launch_block_major<kDtype, kHeadDim>(p, tma, sm_count, nullptr);
-      } else {
-        const auto p = msa::cuda::tile_union_params(attn, in.args, static_cast<std::int64_t>(c.requests.size()),
-                                                    msa::cuda::tile_union_queries_per_tile(shape.group(), shape.topk),
-                                                    shape.h_kv, nullptr, nullptr);
-        if (decode)
-          msa::cuda::launch_tile_union<kDtype, kHeadDim, true>(p, tma, sm_count, nullptr);
-        else
-          msa::cuda::launch_tile_union<kDtype, kHeadDim, false>(p, tma, sm_count, nullptr);
+        return;
       }
+      const bool wide = use == TileUnionUse::kWidePrefill;
+      const auto p = msa::cuda::tile_union_params(
+          attn, in.args, static_cast<std::int64_t>(c.requests.size()),
+          wide ? wide_q : msa::cuda::tile_union_queries_per_tile(shape.group(), shape.topk),
+          wide ? (shape.h_kv + 1) / 2 : shape.h_kv, nullptr, nullptr);
+      if (use == TileUnionUse::kDecode)
+        msa::cuda::launch_tile_union<kDtype, kHeadDim, TileUnionUse::kDecode>(p, tma, sm_count, nullptr);
+      else if (wide)
+        msa::cuda::launch_tile_union<kDtype, kHeadDim, TileUnionUse::kWidePrefill>(p, tma, sm_count, nullptr);
+      else
+        msa::cuda::launch_tile_union<kDtype, kHeadDim, TileUnionUse::kPrefill>(p, tma, sm_count, nullptr);
     });
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
     got.o_bits = d_o.download<std::uint16_t>();
     got.lse = d_lse.download<float>();
   };
+  const auto reproducible = [&](const DeviceOut& a, const DeviceOut& b, const char* what) {
+    EXPECT_EQ(a.o_bits, b.o_bits) << "o_partial differs " << what;
+    EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4), 0) << "lse_partial differs " << what;
+  };
+  // Rows the oracle wrote are compared; every other row must still hold the poison.
+  std::int64_t empty_rows = 0, compared = 0;
+  const auto matches_oracle = [&](const DeviceOut& got, const char* what) {
+    HostTensor as_float(c.dtype, {rows * d});
+    std::memcpy(as_float.raw(), got.o_bits.data(), as_float.bytes());
+    std::vector<float> got_o, ref_o, got_lse, ref_lse;
+    std::int64_t stray = 0;
+    empty_rows = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const bool expected = !std::isnan(ref.lse[r]);
+      if (!expected) {
+        stray += !msa::test::is_poison_bits(&got.lse[r], 4) ||
+                 !msa::test::is_poison_bits(&got.o_bits[r * d], static_cast<std::size_t>(d) * 2);
+        continue;
+      }
+      empty_rows += std::isinf(ref.lse[r]);
+      got_lse.push_back(got.lse[r]);
+      ref_lse.push_back(ref.lse[r]);
+      for (int i = 0; i < d; ++i) {
+        got_o.push_back(as_float.get(r * d + i));
+        ref_o.push_back(ref.o[r * d + i]);
+      }
+    }
+    ASSERT_FALSE(got_lse.empty()) << what;
+    EXPECT_TRUE(msa::test::close(got_o, ref_o)) << "o_partial, " << what;
+    EXPECT_TRUE(msa::test::close(got_lse, ref_lse, msa::test::kLseTolerance)) << "lse_partial, " << what;
+    EXPECT_EQ(stray, 0) << "entries written outside the oracle's rows, " << what;
+    compared = static_cast<std::int64_t>(got_lse.size());
+  };
+
   DeviceOut first, second;
   launch(sms, first);
   if (HasFatalFailure()) return;
   launch(5, second);
   if (HasFatalFailure()) return;
-  EXPECT_EQ(first.o_bits, second.o_bits) << "o_partial differs between grids";
-  EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4), 0)
-      << "lse_partial differs between grids";
+  reproducible(first, second, "between grids");
   if (c.kernel == Kernel::kTileUnion) {
     DeviceOut skipping;
-    launch(sms, skipping, /*decode=*/true);
+    launch(sms, skipping, TileUnionUse::kDecode);
     if (HasFatalFailure()) return;
-    EXPECT_EQ(first.o_bits, skipping.o_bits) << "o_partial differs with blocks skipped";
-    EXPECT_EQ(std::memcmp(first.lse.data(), skipping.lse.data(), first.lse.size() * 4), 0)
-        << "lse_partial differs with blocks skipped";
+    reproducible(first, skipping, "with blocks skipped");
   }
-
-  // Rows the oracle wrote are compared; every other row must still hold the poison.
-  const HostTensor as_float = [&] {
-    HostTensor bits(c.dtype, {rows * d});
-    std::memcpy(bits.raw(), first.o_bits.data(), bits.bytes());
-    return bits;
-  }();
-  std::vector<float> got_o, ref_o, got_lse, ref_lse;
-  std::int64_t stray = 0, empty_rows = 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const bool expected = !std::isnan(ref.lse[r]);
-    if (!expected) {
-      stray += !msa::test::is_poison_bits(&first.lse[r], 4) ||
-               !msa::test::is_poison_bits(&first.o_bits[r * d], static_cast<std::size_t>(d) * 2);
-      continue;
-    }
-    empty_rows += std::isinf(ref.lse[r]);
-    got_lse.push_back(first.lse[r]);
-    ref_lse.push_back(ref.lse[r]);
-    for (int i = 0; i < d; ++i) {
-      got_o.push_back(as_float.get(r * d + i));
-      ref_o.push_back(ref.o[r * d + i]);
-    }
+  if (c.kernel == Kernel::kTileUnion && wide_q > msa::cuda::kTileUnionNarrowQueries) {
+    // Every wide tile's union fits the list in these cases (the operator checks it before it
+    // takes the wide instance).
+    const auto* k_len = w.k_len.data<std::int32_t>();
+    const auto requests = static_cast<std::int64_t>(c.requests.size());
+    ASSERT_TRUE(msa::tile_unions_fit(w.cu_seqlens_q.data<std::int32_t>(), k_len, requests, w.total_q,
+                                     *std::max_element(k_len, k_len + requests), shape.topk, wide_q,
+                                     msa::cuda::kTileUnionMaxEntries));
+    DeviceOut wide, wide_small_grid;
+    launch(sms, wide, TileUnionUse::kWidePrefill);
+    if (HasFatalFailure()) return;
+    launch(5, wide_small_grid, TileUnionUse::kWidePrefill);
+    if (HasFatalFailure()) return;
+    reproducible(wide, wide_small_grid, "between grids (wide tiles)");
+    matches_oracle(wide, "wide tiles");
+    if (HasFatalFailure()) return;
   }
-  ASSERT_FALSE(got_lse.empty());
-  EXPECT_TRUE(msa::test::close(got_o, ref_o)) << "o_partial";
-  EXPECT_TRUE(msa::test::close(got_lse, ref_lse, msa::test::kLseTolerance)) << "lse_partial";
-  EXPECT_EQ(stray, 0) << "entries written outside the oracle's rows";
+  matches_oracle(first, c.kernel == Kernel::kBlockMajor ? "block-major" : "tile-union");
+  if (HasFatalFailure()) return;
   if (c.beyond_local && c.kernel == Kernel::kBlockMajor) {
     EXPECT_GT(empty_rows, 0) << "the case was meant to hold edges with no visible key";
   }
-  std::printf("[%s] rows %zu, empty %lld\n", c.name.c_str(), got_lse.size(), static_cast<long long>(empty_rows));
+  std::printf("[%s] rows %lld, empty %lld\n", c.name.c_str(), static_cast<long long>(compared),
+              static_cast<long long>(empty_rows));
 }
 
 // The dtypes of this build's prefill instances (MSA_CUDA_DTYPES).

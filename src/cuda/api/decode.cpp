@@ -76,7 +76,8 @@ class DecodeCuda final : public SparseDecode::Impl {
     const prefill_sm90::PrefillTma tma = prefill_sm90::make_prefill_tma(attn, args.q.dtype, args.kv.k.dtype, shape.d);
     const DType q_dtype = args.q.dtype;
     dispatch_decode(q_dtype, args.kv.k.dtype, shape.d, [&]<DType kKvDtype, int kHeadDim>() {
-      launch_tile_union<kKvDtype, kHeadDim, true>(decode_tile_union_params(attn, args, geo_), tma, sm_count_, stream);
+      launch_tile_union<kKvDtype, kHeadDim, TileUnionUse::kDecode>(decode_tile_union_params(attn, args, geo_), tma,
+                                                                   sm_count_, stream);
       if (geo_.splits == 1) return;  // the kernel wrote out and lse itself
       // The partials are in q's dtype (bf16 with FP8 K/V).
       const CombineParams c = decode_combine_params(shape, args, geo_, ws_);

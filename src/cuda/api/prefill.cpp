@@ -178,9 +178,10 @@ class PrefillCuda final : public SparsePrefill::Impl {
 
     if (sm_count_ == 0) sm_count_ = current_sm_count();
     if (l2_bytes_ == 0) l2_bytes_ = current_l2_bytes();
-    // A plan-free launch walks its tiles over groups of KV heads whose K/V fits the L2 cache.
+    // A plan-free launch of wide tiles walks them over groups of KV heads whose K/V fits the
+    // L2 cache.
     union_group_heads_ = shape.h_kv;
-    if (union_only_ && total_q > 0) {
+    if (union_only_ && total_q > 0 && union_q_per_tile_ > kTileUnionNarrowQueries) {
       std::int64_t kv_tokens = 0;  // per KV head
       if (host_batch)
         for (const std::int32_t k : info.k_len) kv_tokens += std::max<std::int32_t>(k, 0);
@@ -277,7 +278,10 @@ class PrefillCuda final : public SparsePrefill::Impl {
             tile_union_params(attn, a, planned_batch_, q_per_tile, union_group_heads_,
                               routed_ ? ws_.union_list : nullptr, routed_ ? ws_.union_count : nullptr);
         u.direct = true;
-        launch_tile_union<kDtype, kHeadDim, false>(u, tma, sm_count_, stream);
+        if (q_per_tile > kTileUnionNarrowQueries)  // wide tiles (plan-free, G <= 3)
+          launch_tile_union<kDtype, kHeadDim, TileUnionUse::kWidePrefill>(u, tma, sm_count_, stream);
+        else
+          launch_tile_union<kDtype, kHeadDim, TileUnionUse::kPrefill>(u, tma, sm_count_, stream);
       }
       if (use_block_major) {
         launch_block_major<kDtype, kHeadDim>(block_major_params(attn, ws_), tma, sm_count_, stream);

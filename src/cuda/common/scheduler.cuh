@@ -72,19 +72,30 @@ struct WorkListSchedule {
 // The tile-union kernel's tiles: all `tiles` of them in rank order (tile_of_rank, heaviest
 // first), or the first *count of `list` (the routing lists its tiles in the same order), on a
 // snake over the CTAs.
-// Without a list the order is over groups of group_heads KV heads (tile_of_rank_grouped).
 struct TileListSchedule {
   std::int64_t tiles;         // h_kv * tiles per head
   int h_kv;                   // KV heads (tile_of_rank)
   const std::int32_t* list;   // [tiles] or null: every tile
   const std::int32_t* count;  // [1] when list is set
-  int group_heads;            // without a list: 1..h_kv (h_kv: tile_of_rank's order)
   __device__ int size() const {
     return list != nullptr ? min(max(*count, 0), static_cast<int>(tiles)) : static_cast<int>(tiles);
   }
   __device__ SnakeRange mine() const { return SnakeRange{size()}; }
   __device__ int tile(int pos) const {
-    return list != nullptr ? list[pos] : tile_of_rank_grouped(pos, static_cast<int>(tiles) / h_kv, h_kv, group_heads);
+    return list != nullptr ? list[pos] : tile_of_rank(pos, static_cast<int>(tiles) / h_kv, h_kv);
+  }
+};
+
+// Every tile of the tile-union kernel over groups of group_heads KV heads, each group's tiles in
+// rank order (tile_of_rank_grouped), on a snake over the CTAs.
+struct GroupedTileSchedule {
+  std::int64_t tiles;  // h_kv * tiles per head
+  int h_kv;            // KV heads
+  int group_heads;     // 1..h_kv (h_kv: tile_of_rank's order)
+  __device__ int size() const { return static_cast<int>(tiles); }
+  __device__ SnakeRange mine() const { return SnakeRange{size()}; }
+  __device__ int tile(int pos) const {
+    return tile_of_rank_grouped(pos, static_cast<int>(tiles) / h_kv, h_kv, group_heads);
   }
 };
 

@@ -18,7 +18,7 @@ namespace msa::cuda {
 
 struct TileQuery {
   int b;        // request
-  int segment;  // its segment in the tile, 0..127 (kTileUnionMaxQueries - 1)
+  int segment;  // its segment in the tile, 0..segments - 1 (the caller's table size)
   int k_len;    // max(k_len[b], 0)
   int blocks;   // ceil(k_len / 128)
   int pos;      // position of the query in its request (bottom-right causal)
@@ -46,14 +46,15 @@ __device__ __forceinline__ int request_of_query(const std::int32_t* cu_seqlens_q
   return last_at_most(cu_seqlens_q, batch, q, b_first, stride);
 }
 
-// Query q of request b, whose packed queries are [start, end), in a tile starting at query q0.
+// Query q of request b, whose packed queries are [start, end), in a tile starting at query q0
+// and holding at most `segments` queries.
 __device__ __forceinline__ TileQuery tile_query(const std::int32_t* k_len, int b, std::int64_t start, std::int64_t end,
-                                                std::int64_t q0, std::int64_t q) {
+                                                std::int64_t q0, std::int64_t q, int segments) {
   TileQuery t;
   t.b = b;
   // Clamped for batches that break the contract (cu_seqlens_q changed on the device since plan()):
   // results are then unspecified, but every segment stays a valid index of a per-query table.
-  t.segment = static_cast<int>(min(start > q0 ? start - q0 : std::int64_t(0), std::int64_t(kTileUnionMaxQueries - 1)));
+  t.segment = static_cast<int>(min(start > q0 ? start - q0 : std::int64_t(0), std::int64_t(segments - 1)));
   t.k_len = max(k_len[b], 0);
   t.blocks = (t.k_len + kBlockSize - 1) / kBlockSize;
   t.pos = static_cast<int>(t.k_len - (end - start) + (q - start));
@@ -61,18 +62,19 @@ __device__ __forceinline__ TileQuery tile_query(const std::int32_t* k_len, int b
 }
 
 __device__ __forceinline__ TileQuery locate_tile_query(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len,
-                                                       int batch, std::int64_t q0, std::int64_t q, int b_first) {
+                                                       int batch, std::int64_t q0, std::int64_t q, int b_first,
+                                                       int segments) {
   const int b = request_of_query(cu_seqlens_q, batch, q, b_first);
-  return tile_query(k_len, b, cu_seqlens_q[b], cu_seqlens_q[b + 1], q0, q);
+  return tile_query(k_len, b, cu_seqlens_q[b], cu_seqlens_q[b + 1], q0, q, segments);
 }
 
 // The same for a uniform batch of q_per_request queries per request (the decode's: request b
 // holds packed queries [b Q, (b + 1) Q)), which needs no cu_seqlens_q: only k_len is read.
 __device__ __forceinline__ TileQuery locate_uniform_query(const std::int32_t* k_len, int q_per_request, std::int64_t q0,
-                                                          std::int64_t q) {
+                                                          std::int64_t q, int segments) {
   const int b = static_cast<int>(q / q_per_request);
   const std::int64_t start = std::int64_t(b) * q_per_request;
-  return tile_query(k_len, b, start, start + q_per_request, q0, q);
+  return tile_query(k_len, b, start, start + q_per_request, q0, q, segments);
 }
 
 // An open-addressing table of 2^bits slots in shared memory, free slots holding

@@ -15,7 +15,7 @@ std::int64_t tile_route_tiles(int h_kv, std::int64_t total_q, int q_per_tile) {
 
 int tile_route_ctas(const TileRouteParams& p) {
   MSA_ASSERT(p.topk >= 1 && p.topk <= kTileUnionMaxTopk && p.q_per_tile >= 1 &&
-             p.q_per_tile <= kTileUnionRoutedQueries && p.q_per_tile * p.topk <= kTileUnionMaxEntries && p.batch >= 1 &&
+             p.q_per_tile <= kTileUnionNarrowQueries && p.q_per_tile * p.topk <= kTileUnionMaxEntries && p.batch >= 1 &&
              p.group >= 1);
   const std::int64_t tiles = tile_route_tiles(p.h_kv, p.total_q, p.q_per_tile);
   MSA_ASSERT(tiles <= INT_MAX / 2);

@@ -81,7 +81,7 @@ __device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_
 
   int segment = 0, blocks = 0;  // of query q0 + lane
   if (lane < nq) {
-    const TileQuery tq = locate_tile_query(p.cu_seqlens_q, p.k_len, p.batch, q0, q0 + lane, 0);
+    const TileQuery tq = locate_tile_query(p.cu_seqlens_q, p.k_len, p.batch, q0, q0 + lane, 0, kTileUnionNarrowQueries);
     segment = tq.segment;
     blocks = tq.blocks;
   }

@@ -22,7 +22,7 @@ struct TileRouteParams {
   int h_kv;
   std::int64_t total_q;
   int topk;        // 1..32
-  int q_per_tile;  // 1..32 (kTileUnionRoutedQueries)
+  int q_per_tile;  // 1..32 (kTileUnionNarrowQueries)
   int group;       // h_q / h_kv: the cost model of union_path_wins (core/tile_route.h)
   // outputs
   std::uint8_t* union_tile;   // [tiles] 1: the tile-union kernel takes the tile

@@ -27,11 +27,16 @@ void launch_block_major(const prefill_sm90::BlockMajorParams& p, const prefill_s
 template <DType kDtype, int kHeadDim>
 int block_major_ctas_per_sm();
 
+// The tile-union kernel's instances per (dtype, head dim): the prefill's narrow one (tiles of up
+// to 32 queries, every tile or a routed list), its wide one (up to 128 queries, every tile:
+// the plan-free calls at G <= 3; common/traits.h, WideTiles) and the decode's (narrow; its
+// consumers skip blocks none of their rows chose; FP8 K/V only there).
+enum class TileUnionUse { kPrefill, kWidePrefill, kDecode };
+
 // Tile-union: min(p.tiles, sm_count) persistent CTAs over the (KV head, query tile) pairs, all
 // or those on p.tile_list; writes slot 0 of o_partial / lse_partial for every (query, head) row
-// of the tiles it runs (the combine, split count 1 there, produces out and lse). kDecode: the
-// decode's instance (its consumers skip blocks none of their rows chose; FP8 K/V only there).
-template <DType kDtype, int kHeadDim, bool kDecode>
+// of the tiles it runs (the combine, split count 1 there, produces out and lse).
+template <DType kDtype, int kHeadDim, TileUnionUse kUse>
 void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
                        cudaStream_t stream);
 

@@ -50,6 +50,8 @@ struct Traits {
   // Tile-union consumers skip the union blocks that no query of their warpgroup's rows chose
   // (the decode's instances, SkipBlocks below).
   static constexpr bool kSkipBlocks = false;
+  // Tile-union tiles of up to 128 queries (the prefill's wide instance, WideTiles below).
+  static constexpr bool kWideTiles = false;
   using Element = typename ElementOf<kDtype>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockSize;  // KV tokens per block
@@ -168,6 +170,16 @@ __device__ __forceinline__ int swizzled_byte(int r, int c) {
 template <class Base>
 struct SkipBlocks : Base {
   static constexpr bool kSkipBlocks = true;
+};
+
+// The prefill's wide tile-union instance: tiles of up to 128 queries (tile_union/geometry.h),
+// for the plan-free calls at G <= 3 whose tiles of 32 queries would fill 32 or 64 of the 128
+// rows. Its lists carry 4 membership words per entry and its builders keep no scratch per
+// entry; the narrow instances keep one word and the per-entry scratch, which measured faster
+// where their tiles suffice (docs/performance.md, step 48).
+template <class Base>
+struct WideTiles : Base {
+  static constexpr bool kWideTiles = true;
 };
 
 }  // namespace msa::cuda::prefill_sm90

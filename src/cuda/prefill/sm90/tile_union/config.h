@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/prefill/sm90/common/kv_ring.cuh"
 #include "cuda/prefill/sm90/common/traits.h"
@@ -12,25 +13,49 @@
 namespace msa::cuda::prefill_sm90 {
 
 constexpr int kMaxEntries = kTileUnionMaxEntries;  // distinct entries of a tile's union
-constexpr int kMemberWords = kTileUnionMemberWords;
 // The builders' open-addressing table of entry keys: twice the entries, a power of two (the
-// builders stop taking keys near kMaxEntries, so it never fills).
+// wide builders stop taking keys near kMaxEntries, so it never fills).
 constexpr int kKeyTableSize = 2 * kMaxEntries;
 static_assert((kKeyTableSize & (kKeyTableSize - 1)) == 0);
-constexpr int kEntryWords = kTileUnionMaxTileEntries / 32;  // a bit per top-k entry of a tile
 
-// One tile's union, written by the builders and read by the loader and the consumers.
+// One tile's union, written by the builders and read by the loader and the consumers; kWords
+// membership words per entry (1: the narrow instances, kTileUnionMemberWords: the wide one).
+template <int kWords>
 struct UnionList {
+  static constexpr int kQueries = 32 * kWords;  // a tile's queries at most
   alignas(16) std::int32_t block[kMaxEntries];  // union entry u: its union_key (16-byte aligned
                                                 // for the sort's loads)
-  alignas(16) std::uint32_t members[kMaxEntries][kMemberWords];  // bit i % 32 of word i / 32: tile
-                                                                 // query i selected entry u's block
+  std::uint32_t members[kMaxEntries][kWords];   // bit i % 32 of word i / 32: tile query i
+                                                // selected entry u's block
   std::uint8_t chunks[kMaxEntries];             // its block's 16-token chunks on valid pages
-  std::int32_t q_pos[kTileUnionMaxQueries];     // position of tile query i in its request
-  std::int32_t seg_b[kTileUnionMaxQueries];     // request of tile segment s
-  std::int32_t seg_klen[kTileUnionMaxQueries];  // its k_len
+  std::int32_t q_pos[kQueries];                 // position of tile query i in its request
+  std::int32_t seg_b[kQueries];                 // request of tile segment s
+  std::int32_t seg_klen[kQueries];              // its k_len
   std::int32_t size;                            // union entries
   std::int32_t begin, end;                      // the tile's split of them: entries [begin, end)
+};
+
+// The narrow builders' scratch for the tile being built: per top-k entry e = (query e / topk,
+// slot), at most kMaxEntries of them.
+struct NarrowScratch {
+  std::int32_t key[kMaxEntries];                // entry e: union_key, kNone ignored
+  std::int32_t first[kMaxEntries];              // first entry with the same key, -1 ignored
+  std::int32_t rank[kMaxEntries];               // union index of a first entry (before: the entry's table slot)
+  std::int32_t table_key[kKeyTableSize];        // key table: a key, or union_key::kNone for a free slot
+  std::int32_t table_first[kKeyTableSize];      //   the smallest entry holding that key
+  std::int32_t q_seg[kTileUnionNarrowQueries];  // segment of tile query i
+};
+
+// The wide builders' scratch: none per top-k entry (up to kTileUnionMaxTileEntries of them, read
+// from global memory in each pass that needs them).
+struct WideScratch {
+  static constexpr int kEntryWords = kTileUnionMaxTileEntries / 32;  // a bit per top-k entry
+  std::int32_t table_key[kKeyTableSize];     // key table: a key, or union_key::kNone for a free slot
+  std::int32_t table_first[kKeyTableSize];   //   the smallest entry holding that key, then its union rank
+  std::uint32_t first_bits[kEntryWords];     // bit e: entry e is the first holding its key
+  std::int32_t first_base[kEntryWords];      // first entries below entry 32 w
+  std::uint8_t q_seg[kTileUnionMaxQueries];  // segment of tile query i
+  std::int32_t keys_taken;                   // keys in the table (the builders stop at kMaxEntries)
 };
 
 // Q buffers: two (the next tile's Q gathered while this one computes), one with FP8 K/V (the
@@ -41,17 +66,12 @@ inline constexpr int kQBuffers = Traits::kFp8Kv ? 1 : 2;
 template <class Traits>
 struct TileUnionStorage {
   using Element = typename Traits::Element;
+  using List = UnionList<Traits::kWideTiles ? kTileUnionMemberWords : 1>;
+  using Scratch = std::conditional_t<Traits::kWideTiles, WideScratch, NarrowScratch>;
   KvRing<Traits> kv;
   alignas(1024) Element q[kQBuffers<Traits>][Traits::kQElements];  // [row, d] swizzled, then O
-  UnionList list[2];
-  // Builder scratch for the tile being built (its top-k entries e = (query e / topk, slot) are
-  // read from global memory in each pass that needs them).
-  std::int32_t table_key[kKeyTableSize];     // key table: a key, or union_key::kNone for a free slot
-  std::int32_t table_first[kKeyTableSize];   //   the smallest entry holding that key, then its union rank
-  std::uint32_t first_bits[kEntryWords];     // bit e: entry e is the first holding its key
-  std::int32_t first_base[kEntryWords];      // first entries below entry 32 w
-  std::uint8_t q_seg[kTileUnionMaxQueries];  // segment of tile query i
-  std::int32_t keys_taken;                   // keys in the table (the builders stop at kMaxEntries)
+  List list[2];
+  Scratch scratch;                           // the builders', for the tile being built
   std::uint32_t q_absmax[2][4];              // FP8 K/V: each consumer warp's largest |q| bits (fp16_q_in_place)
   alignas(8) std::uint64_t q_full[2];        // TMA bytes
   std::uint64_t q_empty[2];                  // 256, after the O stores read it

@@ -10,12 +10,17 @@
 
 namespace msa::cuda {
 
-inline constexpr int kTileUnionRows = 128;        // the kernel's M tile
-inline constexpr int kTileUnionMaxQueries = 128;  // a tile's queries: membership masks of 4 words
+inline constexpr int kTileUnionRows = 128;  // the kernel's M tile
+// The kernel comes in two widths (prefill/sm90/launch.h): the narrow instances' tiles hold up
+// to 32 queries and 512 top-k entries (a membership word per union entry, the builders'
+// scratch per entry); the wide instance's (a plan-free prefill at G <= 3) up to 128 queries
+// and 2048 entries (4 membership words, no scratch per entry).
+inline constexpr int kTileUnionNarrowQueries = 32;  // also a routed tile's: the routing takes a lane per query
+inline constexpr int kTileUnionMaxQueries = 128;    // the wide instance's
 inline constexpr int kTileUnionMemberWords = kTileUnionMaxQueries / 32;
-inline constexpr int kTileUnionRoutedQueries = 32;     // a routed tile's: the planner's routing takes a lane per query
 inline constexpr int kTileUnionMaxEntries = 512;       // distinct union entries of a tile: the union list
-inline constexpr int kTileUnionMaxTileEntries = 2048;  // q_per_tile * topk: the top-k entries a tile's builders read
+inline constexpr int kTileUnionMaxTileEntries =
+    2048;  // q_per_tile * topk of a wide tile: the entries its builders read
 inline constexpr int kTileUnionMaxTopk = 32;
 
 // Queries per routed prefill tile (PrefillPath::kAuto with a device plan, whose routing counts
@@ -28,7 +33,7 @@ constexpr int tile_union_queries_per_tile(int group, int topk) {
   const int fill = group <= 1 ? kTileUnionRows : kTileUnionRows / group;
   const int list = kTileUnionMaxEntries / (topk < 1 ? 1 : topk);
   const int q = fill < list ? fill : list;
-  return q < kTileUnionRoutedQueries ? q : kTileUnionRoutedQueries;
+  return q < kTileUnionNarrowQueries ? q : kTileUnionNarrowQueries;
 }
 static_assert(tile_union_queries_per_tile(16, 16) == 8 && tile_union_queries_per_tile(8, 32) == 16 &&
               tile_union_queries_per_tile(4, 16) == 32 && tile_union_queries_per_tile(4, 32) == 16 &&

@@ -40,12 +40,14 @@
 
 namespace msa::cuda::prefill_sm90 {
 
-// The decode's instances (kSkipBlocks) keep tile_of_rank's order: their launches set no groups,
-// and the grouped order's arithmetic would cost their consumers registers.
+// The tiles a CTA runs: the narrow instances' every tile or the routed list, in tile_of_rank's
+// order; the wide instance's (plan-free: every tile) over groups of KV heads (group_heads).
 template <class Traits>
-__device__ __forceinline__ TileListSchedule tile_schedule(const TileUnionParams& p) {
-  return TileListSchedule{p.tiles, p.attn.h_kv, p.tile_list, p.tile_count,
-                          Traits::kSkipBlocks ? p.attn.h_kv : p.group_heads};
+__device__ __forceinline__ auto tile_schedule(const TileUnionParams& p) {
+  if constexpr (Traits::kWideTiles)
+    return GroupedTileSchedule{p.tiles, p.attn.h_kv, p.group_heads};
+  else
+    return TileListSchedule{p.tiles, p.attn.h_kv, p.tile_list, p.tile_count};
 }
 
 // FP8 K/V: widens the K of union entries [u_from, u_to) of `list` (the blocks the loader lands,
@@ -53,8 +55,9 @@ __device__ __forceinline__ TileListSchedule tile_schedule(const TileUnionParams&
 // (the key limits hide them anyway). The consumers widen V themselves: three 40-register warps
 // widening both bounded an FP8 block (docs/performance.md, steps 14f and 23).
 template <class Traits>
-__device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem, const UnionList& list, int u_from,
-                                           int u_to, std::uint32_t& use, int bt) {
+__device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem,
+                                           const typename TileUnionStorage<Traits>::List& list, int u_from, int u_to,
+                                           std::uint32_t& use, int bt) {
   for (int u = u_from; u < u_to; ++u, ++use)
     widen_landed<Traits, false, kBuilderThreads>(smem.kv, use, max(0, union_entry(list, u).tokens), bt);
 }
@@ -62,7 +65,7 @@ __device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem, const
 template <class Traits>
 __device__ __forceinline__ void builders(const TileUnionParams& p, const PrefillTma& tma,
                                          TileUnionStorage<Traits>& smem) {
-  const TileListSchedule sched = tile_schedule<Traits>(p);
+  const auto sched = tile_schedule<Traits>(p);
   std::uint32_t iter = 0;
   std::uint32_t use = 0;  // FP8: ring blocks widened
   int prev_u = 0, prev_end = 0;  // FP8: the previous tile's entries not widened yet
@@ -108,13 +111,13 @@ template <class Traits>
 __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTma& tma,
                                        TileUnionStorage<Traits>& smem) {
   KvLoader<Traits> kv{p.attn, tma, smem.kv};
-  const TileListSchedule sched = tile_schedule<Traits>(p);
+  const auto sched = tile_schedule<Traits>(p);
   std::uint32_t iter = 0;
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
     const int kv_head = make_tile(p, sched.tile(pos)).kv_head;
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
-    const UnionList& list = smem.list[buf];
+    const auto& list = smem.list[buf];
     const int end = list.end;
     for (int u = list.begin; u < end; ++u) {
       const UnionEntry e = union_entry(list, u);
@@ -195,32 +198,36 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
   int row[2];
   accumulator_rows<Traits>(ct, row);
 
-  const TileListSchedule sched = tile_schedule<Traits>(p);
+  const auto sched = tile_schedule<Traits>(p);
   std::uint32_t iter = 0;
   std::uint32_t use = 0;
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
     const Tile t = make_tile(p, sched.tile(pos));
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
-    const UnionList& list = smem.list[buf];
+    const auto& list = smem.list[buf];
     const int u0 = list.begin;  // the tile's split of the union: entries u0 + [0, n)
     const int n = list.end - u0;
-    // This thread's rows: their tile query (its membership bit; a padding row's query, nq or
-    // more, has none) and position.
-    int row_q[2];
+    // This thread's rows: their tile query's membership word and bit (no bit for padding) and
+    // position.
+    constexpr int kWords = TileUnionStorage<Traits>::List::kQueries / 32;
+    std::uint32_t row_bit[2];
+    int row_word[2];
     int row_pos[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      row_q[half] = row[half] / group;  // < kTileUnionMaxQueries
-      row_pos[half] = row_q[half] < t.nq ? list.q_pos[row_q[half]] : 0;
+      const int qi = row[half] / group;  // < 128
+      row_bit[half] = qi < t.nq ? 1u << (kWords == 1 ? qi : qi & 31) : 0u;
+      row_word[half] = kWords == 1 ? 0 : qi >> 5;
+      row_pos[half] = qi < t.nq ? list.q_pos[qi] : 0;
     }
-    // The tile queries owning a row of this warpgroup's 64 (padding rows own none). The
-    // skipping instances (the decode's) take tiles of at most 32 queries (launch_tile_union):
-    // one membership word.
+    // The tile queries owning a row of this warpgroup's 64 (padding rows own none; the skipping
+    // instances are the decode's, narrow: one membership word).
+    static_assert(!Traits::kSkipBlocks || kWords == 1);
     std::uint32_t wg_queries = 0;
     if constexpr (Traits::kSkipBlocks) {
       const int first = turn.wg * 64, last = min(turn.wg * 64 + 63, t.nq * group - 1);
-      for (int qi = first / group; first <= last && qi <= last / group && qi < 32; ++qi) wg_queries |= 1u << qi;
+      for (int qi = first / group; first <= last && qi <= last / group; ++qi) wg_queries |= 1u << qi;
     }
     // FP8 K/V: this thread's share of widening block u's V (the builders widen K).
     auto widen_v = [&](int u) {
@@ -229,11 +236,12 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     };
     auto key_limits = [&](int u, int(&limit)[2]) {
       const UnionEntry e = union_entry(list, u0 + u);
+      const std::uint32_t members = list.members[u0 + u][0];
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        limit[half] = (list.members[u0 + u][row_q[half] >> 5] >> (row_q[half] & 31)) & 1u
-                          ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1))
-                          : 0;
+      for (int half = 0; half < 2; ++half) {
+        const std::uint32_t word = kWords == 1 ? members : list.members[u0 + u][row_word[half]];
+        limit[half] = (word & row_bit[half]) != 0u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
+      }
     };
 
     const int qb = stage_of(iter, kQBuffers<Traits>);

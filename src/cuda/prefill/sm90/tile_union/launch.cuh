@@ -17,26 +17,32 @@
 
 namespace msa::cuda {
 
-template <DType kDtype, int kHeadDim, bool kDecode>
+template <DType kDtype, int kHeadDim, TileUnionUse kUse>
 void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
                        cudaStream_t stream) {
   using Base = prefill_sm90::Traits<kDtype, kHeadDim>;
-  using Traits = std::conditional_t<kDecode, prefill_sm90::SkipBlocks<Base>, Base>;
+  using Traits =
+      std::conditional_t<kUse == TileUnionUse::kDecode, prefill_sm90::SkipBlocks<Base>,
+                         std::conditional_t<kUse == TileUnionUse::kWidePrefill, prefill_sm90::WideTiles<Base>, Base>>;
+  constexpr bool kWide = Traits::kWideTiles;
   using Storage = prefill_sm90::TileUnionStorage<Traits>;
   constexpr auto* kernel = prefill_sm90::prefill_kernel<Traits, prefill_sm90::TileUnionParams, Storage>;
   constexpr std::size_t smem = prefill_sm90::smem_bytes<Storage>();
   static_assert(Traits::kTileM == kTileUnionRows, "geometry.h describes this kernel's tile");
   static_assert(smem <= 227 * 1024, "shared memory plan exceeds the sm_90 limit");
   prefill_sm90::assert_supported(p.attn);
-  // The tile's limits (geometry.h); the prefill and the decode choose their own q_per_tile within them.
-  // Tiles of more than kTileUnionMaxEntries top-k entries are the caller's to bound
-  // (tile_union_free_queries): the builders stop at a full list.
-  MSA_ASSERT(p.q_per_tile >= 1 && p.q_per_tile <= kTileUnionMaxQueries &&
-             p.q_per_tile * p.attn.topk <= kTileUnionMaxTileEntries && p.q_per_tile * p.attn.group <= kTileUnionRows &&
-             // the decode's instances build small unions only, one membership word each
-             (!kDecode || (p.q_per_tile <= 32 && p.q_per_tile * p.attn.topk <= kTileUnionMaxEntries)) && p.batch >= 1 &&
-             p.tiles <= INT32_MAX / 2 && p.q_per_request >= 0 &&
+  // The tile's limits (geometry.h); the prefill and the decode choose their own q_per_tile within
+  // them. A wide tile's union (up to kTileUnionMaxTileEntries top-k entries) is the caller's to
+  // bound (tile_union_free_queries): its builders stop at a full list. The wide instance runs
+  // every tile of a prefill, unsplit.
+  const int max_queries = kWide ? kTileUnionMaxQueries : kTileUnionNarrowQueries;
+  const int max_entries = kWide ? kTileUnionMaxTileEntries : kTileUnionMaxEntries;
+  MSA_ASSERT(p.q_per_tile >= 1 && p.q_per_tile <= max_queries && p.q_per_tile * p.attn.topk <= max_entries &&
+             p.q_per_tile * p.attn.group <= kTileUnionRows && p.batch >= 1 && p.tiles <= INT32_MAX / 2 &&
+             p.q_per_request >= 0 &&
              (p.q_per_request == 0 || p.attn.total_q == std::int64_t(p.batch) * p.q_per_request));
+  MSA_ASSERT(!kWide || (p.tile_list == nullptr && p.splits == 1 && p.q_per_request == 0 && p.group_heads >= 1 &&
+                        p.group_heads <= p.attn.h_kv));
   MSA_ASSERT(p.topk != nullptr && (p.tile_list == nullptr) == (p.tile_count == nullptr));
   MSA_ASSERT(p.splits >= 1 && p.splits <= p.attn.slots && (p.splits == 1 || p.tile_list == nullptr));
   MSA_ASSERT(p.direct ? (p.splits == 1 && p.attn.out != nullptr) : p.attn.o_partial != nullptr);  // final rows or slots
