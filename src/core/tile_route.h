@@ -135,6 +135,10 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
 bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                      std::int64_t total_q, std::int64_t max_k_len, int topk, int q_per_tile, std::uint64_t max_union);
 
+// A top-k that bounds nothing: tile_unions_fit with it bounds each tile's visible blocks
+// (the blocks its last query of each request sees, summed over the requests).
+inline constexpr int kAnyTopk = 1 << 30;
+
 // The routing rule (union_path_wins per tile) on the host. topk [h_kv, total_q, topk]
 // contiguous; cu_seqlens_q [batch + 1]; k_len [batch]; group = h_q / h_kv. Returns
 // [h_kv * tiles_per_head] flags.

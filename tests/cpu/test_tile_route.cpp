@@ -248,6 +248,15 @@ TEST(TileRoute, TileUnionsFitMatchesItsDefinition) {
                                     q_per_tile, largest),
               uncapped)
         << "trial " << trial;
+    // The same walk with kAnyTopk bounds the tile's visible blocks (the wide tiles' bitmap).
+    const std::uint64_t visible = largest_union_by_definition(cu, kl, msa::kAnyTopk, q_per_tile);
+    EXPECT_TRUE(msa::tile_unions_fit(cu.data(), kl.data(), batch, cu.back(), max_k, msa::kAnyTopk, q_per_tile, visible))
+        << "trial " << trial;
+    if (visible > 0) {
+      EXPECT_FALSE(
+          msa::tile_unions_fit(cu.data(), kl.data(), batch, cu.back(), max_k, msa::kAnyTopk, q_per_tile, visible - 1))
+          << "trial " << trial;
+    }
     if (largest == 0) continue;
     ++capped;
     EXPECT_FALSE(msa::tile_unions_fit(cu.data(), kl.data(), batch, cu.back(), max_k, topk, q_per_tile, largest - 1))
@@ -344,6 +353,17 @@ TEST(TileRoute, PlanFreeTilesHoldMoreQueriesAtSmallGroups) {
   EXPECT_EQ(plan_free_queries_per_tile(nullptr, nullptr, 1, 2500, 2500, 64, 1, 16), 128);  // device batch
   EXPECT_EQ(msa::cuda::forced_union_queries_per_tile(nullptr, nullptr, 1, 80000, 80000, 1, 16), 32);
   EXPECT_EQ(msa::cuda::forced_union_queries_per_tile(nullptr, nullptr, 1, 60000, 60000, 1, 16), 128);
+  // Wide tiles need every tile's visible blocks within the bitmap (kTileUnionMaxVisibleBlocks):
+  // 128 one-query requests at top-1 have a union of at most 128 but see 128 x k_len / 128 blocks.
+  for (const int blocks : {256, 257}) {
+    std::vector<std::int32_t> cu1(129), kl1(128, blocks * 128);
+    for (int b = 0; b <= 128; ++b) cu1[static_cast<std::size_t>(b)] = b;
+    const bool fits = 128 * blocks <= msa::cuda::kTileUnionMaxVisibleBlocks;
+    EXPECT_EQ(msa::cuda::wide_tiles_fit(cu1.data(), kl1.data(), 128, 128, blocks * 128, 128), fits) << blocks;
+    EXPECT_EQ(msa::cuda::forced_union_queries_per_tile(cu1.data(), kl1.data(), 128, 128, blocks * 128, 1, 1),
+              fits ? 128 : 32)
+        << blocks;
+  }
 }
 
 TEST(TileRoute, HostPlannerLeavesRoutedRowsOut) {

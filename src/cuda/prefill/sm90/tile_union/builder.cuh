@@ -63,29 +63,6 @@ __device__ __forceinline__ UnionEntry union_entry(const List& list, int u) {
   return e;
 }
 
-// The wide builders' entry e (query e / topk, slot e % topk) keys its block when the query can
-// see it (causal, below k_len): blocks no query of the tile sees would leave every row's state
-// as it was, so they are left out, and a tile's union stays within the bound the host sized
-// its tiles by (tile_union_free_queries).
-template <class Traits>
-struct EntryKeys {
-  const TileUnionParams& p;
-  const Tile& t;
-  const WideScratch& scratch;
-  const typename TileUnionStorage<Traits>::List& list;
-  int topk;
-  // (The row's address from the parameters each time: fewer registers held across the passes.)
-  __device__ __forceinline__ std::int32_t operator()(int e) const {
-    const int i = e / topk;
-    const int seg = scratch.q_seg[i];
-    const int pos = list.q_pos[i];  // < k_len in a valid batch
-    const int blocks = (list.seg_klen[seg] + kBlockSize - 1) / kBlockSize;
-    const std::int32_t id = p.topk[std::int64_t(t.kv_head) * p.stride_topk_head +
-                                   std::int64_t(t.q0 + i) * p.stride_topk_token + (e - i * topk)];
-    return union_key::of_id(seg, id, pos >= 0 ? min(pos / kBlockSize + 1, blocks) : 0);
-  }
-};
-
 // The narrow instances' build_list (tiles of at most 32 queries and kMaxEntries entries): each
 // entry's key, first entry and rank in scratch.
 template <class Traits>
@@ -211,22 +188,29 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
 }
 
 // The wide instance's build_list (tiles of up to 128 queries and kTileUnionMaxTileEntries top-k
-// entries; a plan-free prefill at G <= 3): no scratch per entry, whose keys are read again where
-// a pass needs them. The builders stop taking keys at kMaxEntries, so a batch that breaks the
-// host's bound (changed on the device since plan()) gets unspecified results, never an endless
-// probe or a write past the list.
+// entries; a plan-free prefill at G <= 3). A bit per block the tile's queries can see (segment
+// s's blocks [0, seg_vis[s]) from bit seg_off[s] on): each top-k entry sets its block's bit if
+// its query sees the block (causal, below k_len; blocks no query of the tile sees would leave
+// every row's state as it was); the union is the set bits in order (segment, then block: the
+// result is deterministic), a set bit's rank the set bits before it. Every pass is a
+// fire-and-forget shared-memory OR per entry, with no probing and no per-entry scratch. The host
+// bounds a tile's visible blocks by kTileUnionMaxVisibleBlocks and its union by kMaxEntries
+// (wide_tiles_fit, tile_unions_fit): bits and ranks past them, which only a batch changed on
+// the device since plan() can bring, are dropped (unspecified results, no write out of bounds).
 template <class Traits>
 __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const Tile& t, TileUnionStorage<Traits>& smem,
                                                 typename TileUnionStorage<Traits>::List& list, int bt) {
-  static_assert(kKeyTableSize == 1 << 10);
   constexpr int kWords = TileUnionStorage<Traits>::List::kQueries / 32;
-  constexpr int kEntryWords = WideScratch::kEntryWords;
+  constexpr int kBitmapWords = WideScratch::kBitmapWords;
+  constexpr int kMaxBits = kTileUnionMaxVisibleBlocks;
   WideScratch& s = smem.scratch;
   const int topk = p.attn.topk;
-  const int n = t.nq * topk;
-  // Each query's request, segment and position. Every query of a segment writes the segment's
-  // (request, k_len): the same values, so every segment a key names is written. The key table
-  // and the first-entry bits are cleared meanwhile.
+  // 1. A clear bitmap and no segment yet.
+  for (int w = bt; w < kBitmapWords; w += kBuilderThreads) s.bitmap[w] = 0u;
+  for (int i = bt; i < kTileUnionMaxQueries; i += kBuilderThreads) s.seg_vis[i] = 0;
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 2. Each query's request, segment and position; every query of a segment writes the
+  // segment's (request, k_len), the same values; the segment sees what its last query sees.
   for (int i = bt; i < t.nq; i += kBuilderThreads) {
     const TileQuery tq =
         locate_tile_query(p.attn.cu_seqlens_q, p.attn.k_len, p.batch, t.q0, t.q0 + i, 0, kTileUnionMaxQueries);
@@ -234,99 +218,109 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     list.q_pos[i] = tq.pos;
     list.seg_b[tq.segment] = tq.b;
     list.seg_klen[tq.segment] = tq.k_len;
-  }
-  for (int i = bt; i < kKeyTableSize; i += kBuilderThreads) {
-    s.table_key[i] = union_key::kNone;
-    s.table_first[i] = kTileUnionMaxTileEntries;
-  }
-  for (int w = bt; w < kEntryWords; w += kBuilderThreads) s.first_bits[w] = 0u;
-  if (bt == 0) s.keys_taken = 0;
-  named_barrier_sync(kBuilders, kBuilderThreads);
-
-  const EntryKeys<Traits> entry_key{p, t, s, list, topk};
-  // A builder's keys come kKeyBatch at a time: their top-k loads issued together.
-  constexpr int kKeyBatch = 4;
-  const auto key_batch = [&](int e0, std::int32_t(&keys)[kKeyBatch]) {
-#pragma unroll
-    for (int j = 0; j < kKeyBatch; ++j) {
-      const int e = e0 + j * kBuilderThreads;
-      keys[j] = e < n ? entry_key(e) : union_key::kNone;
-    }
-  };
-  // Every key into the table, whose slot keeps the smallest entry that holds it (atomicMin: the
-  // same answer in any order, so the union's first-seen order is a scan's).
-  for (int e0 = bt; e0 < n; e0 += kKeyBatch * kBuilderThreads) {
-    std::int32_t keys[kKeyBatch];
-    key_batch(e0, keys);
-#pragma unroll
-    for (int j = 0; j < kKeyBatch; ++j) {
-      if (keys[j] == union_key::kNone) continue;
-      // At most kBuilderThreads offers pass this test at once: the table never holds more than
-      // kMaxEntries + kBuilderThreads < kKeyTableSize keys, and every probe ends.
-      if (*static_cast<volatile std::int32_t*>(&s.keys_taken) >= kMaxEntries) continue;
-      bool fresh;
-      const unsigned slot = offer_union_key(s.table_key, 10, keys[j], fresh);
-      if (fresh) atomicAdd(&s.keys_taken, 1);
-      atomicMin(&s.table_first[slot], e0 + j * kBuilderThreads);
-    }
+    atomicMax(&s.seg_vis[tq.segment], tq.pos >= 0 ? min(tq.pos / kBlockSize + 1, min(tq.blocks, kMaxBits)) : 0);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
-  // The first entries as bits, then (one warp) their counts below each word.
-  for (int i = bt; i < kKeyTableSize; i += kBuilderThreads)
-    if (s.table_key[i] != union_key::kNone) {
-      const int f = s.table_first[i];
-      atomicOr(&s.first_bits[f >> 5], 1u << (f & 31));
-    }
-  named_barrier_sync(kBuilders, kBuilderThreads);
-  static_assert(kEntryWords == 64);
+  // 3. The segments' first bits (one warp, four segments a lane; each at most kMaxBits).
+  static_assert(kTileUnionMaxQueries == 4 * 32);
   if (bt < 32) {
-    const int c0 = __popc(s.first_bits[bt]), c1 = __popc(s.first_bits[bt + 32]);
-    int s0 = c0, s1 = c1;  // inclusive sums over the lanes
+    int vis[4], sum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sum += vis[k] = s.seg_vis[4 * bt + k];
+    int incl = sum;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
-      const int u0 = __shfl_up_sync(0xffffffffu, s0, d), u1 = __shfl_up_sync(0xffffffffu, s1, d);
-      if (bt >= d) s0 += u0, s1 += u1;
+      const int up = __shfl_up_sync(0xffffffffu, incl, d);
+      if (bt >= d) incl += up;
     }
-    const int total0 = __shfl_sync(0xffffffffu, s0, 31);
-    s.first_base[bt] = s0 - c0;
-    s.first_base[bt + 32] = total0 + s1 - c1;
+    int off = incl - sum;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      s.seg_off[4 * bt + k] = off;
+      off += vis[k];
+    }
+    if (bt == 31) s.bits = min(incl, kMaxBits);
+  }
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // Entries in units of four slots of one query (their loads issued together); visit(i, bit)
+  // for each entry whose query i sees its block, whose bit is `bit`.
+  const int chunks = (topk + 3) / 4;
+  const int units = t.nq * chunks;
+  const std::int32_t* ids = p.topk + std::int64_t(t.kv_head) * p.stride_topk_head;
+  const auto for_each_entry = [&](auto&& visit) {
+    for (int u = bt; u < units; u += kBuilderThreads) {
+      const int i = u / chunks, j0 = (u - i * chunks) * 4;
+      const std::int32_t* row = ids + std::int64_t(t.q0 + i) * p.stride_topk_token;
+      std::int32_t id[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) id[k] = j0 + k < topk ? row[j0 + k] : -1;
+      const int seg = s.q_seg[i];
+      const int pos = list.q_pos[i];
+      const int blocks = (list.seg_klen[seg] + kBlockSize - 1) / kBlockSize;
+      const int sees = pos >= 0 ? min(pos / kBlockSize + 1, blocks) : 0;
+      const int off = s.seg_off[seg];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (id[k] >= 0 && id[k] < sees && off + id[k] < kMaxBits) visit(i, off + id[k]);
+    }
+  };
+  // 4. The chosen blocks' bits.
+  for_each_entry([&](int, int bit) { atomicOr(&s.bitmap[bit >> 5], 1u << (bit & 31)); });
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  // 5. Ranks: each builder counts its share of the words, one warp scans the counts, and each
+  // builder ranks its words' bits, writing their union entries (at most kMaxEntries).
+  const int words = (s.bits + 31) / 32;
+  const int per = (words + kBuilderThreads - 1) / kBuilderThreads;
+  const int w_begin = min(bt * per, words), w_end = min(w_begin + per, words);
+  int count = 0;
+  for (int w = w_begin; w < w_end; ++w) count += __popc(s.bitmap[w]);
+  s.builder_base[bt] = count;
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  static_assert(kBuilderThreads == 3 * 32);
+  if (bt < 32) {
+    int c[3], sum = 0;
+#pragma unroll
+    for (int k = 0; k < 3; ++k) sum += c[k] = s.builder_base[3 * bt + k];
+    int incl = sum;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int up = __shfl_up_sync(0xffffffffu, incl, d);
+      if (bt >= d) incl += up;
+    }
+    int base = incl - sum;
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      s.builder_base[3 * bt + k] = base;
+      base += c[k];
+    }
     if (bt == 31) {
-      const int size = min(total0 + s1, kMaxEntries);
+      const int size = min(incl, kMaxEntries);
       list.size = size;
       list.begin = static_cast<int>(std::int64_t(size) * t.split / p.splits);
       list.end = static_cast<int>(std::int64_t(size) * (t.split + 1) / p.splits);
     }
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
-  // Each key's union rank: the first entries before its own.
-  for (int i = bt; i < kKeyTableSize; i += kBuilderThreads) {
-    const std::int32_t key = s.table_key[i];
-    if (key == union_key::kNone) continue;
-    const int f = s.table_first[i];
-    const int r = s.first_base[f >> 5] + __popc(s.first_bits[f >> 5] & ((1u << (f & 31)) - 1u));
-    s.table_first[i] = r;
-    if (r < kMaxEntries) {
-      list.block[r] = key;
+  int rank = s.builder_base[bt];
+  for (int w = w_begin; w < w_end; ++w) {
+    s.word_base[w] = static_cast<std::uint16_t>(rank);
+    for (std::uint32_t m = s.bitmap[w]; m != 0u && rank < kMaxEntries; m &= m - 1u, ++rank) {
+      const int bit = w * 32 + __ffs(m) - 1;
+      const int seg = last_at_most(s.seg_off, kTileUnionMaxQueries, bit);  // the last segment starting at or before it
+      list.block[rank] = union_key::encode(seg, bit - s.seg_off[seg]);
 #pragma unroll
-      for (int w = 0; w < kWords; ++w) list.members[r][w] = 0u;
+      for (int k = 0; k < kWords; ++k) list.members[rank][k] = 0u;
     }
+    rank = min(rank, kMaxEntries);  // (ranks past the list stay past it)
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
-  // Membership: query i selected the union entry of its key.
-  for (int e0 = bt; e0 < n; e0 += kKeyBatch * kBuilderThreads) {
-    std::int32_t keys[kKeyBatch];
-    key_batch(e0, keys);
-#pragma unroll
-    for (int j = 0; j < kKeyBatch; ++j) {
-      if (keys[j] == union_key::kNone) continue;
-      const int slot = find_union_key(s.table_key, 10, keys[j]);
-      if (slot < 0) continue;  // not taken (past kMaxEntries)
-      const int r = s.table_first[slot];
-      const int i = (e0 + j * kBuilderThreads) / topk;
-      if (r < kMaxEntries) atomicOr(&list.members[r][i >> 5], 1u << (i & 31));
-    }
-  }
-  // Each entry's 16-token chunks on valid pages.
+  // 6. Membership: query i selected the union entry of its block's bit.
+  for_each_entry([&](int i, int bit) {
+    const int w = bit >> 5;
+    const int r = s.word_base[w] + __popc(s.bitmap[w] & ((1u << (bit & 31)) - 1u));
+    if (r < kMaxEntries) atomicOr(&list.members[r][i >> 5], 1u << (i & 31));
+  });
+  // 7. Each entry's 16-token chunks on valid pages.
   for (int u = list.begin + bt; u < list.end; u += kBuilderThreads) {
     const std::int32_t key = list.block[u];
     const int seg = union_key::segment(key);

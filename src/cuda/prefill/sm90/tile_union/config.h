@@ -46,17 +46,20 @@ struct NarrowScratch {
   std::int32_t q_seg[kTileUnionNarrowQueries];  // segment of tile query i
 };
 
-// The wide builders' scratch: none per top-k entry (up to kTileUnionMaxTileEntries of them, read
-// from global memory in each pass that needs them).
+// The wide builders' scratch: a bitmap over the blocks the tile's queries can see (segment s's
+// visible blocks from bit seg_off[s] on, in segment order), none per top-k entry (up to
+// kTileUnionMaxTileEntries of them, read from global memory in each pass that needs them).
 struct WideScratch {
-  static constexpr int kEntryWords = kTileUnionMaxTileEntries / 32;  // a bit per top-k entry
-  std::int32_t table_key[kKeyTableSize];     // key table: a key, or union_key::kNone for a free slot
-  std::int32_t table_first[kKeyTableSize];   //   the smallest entry holding that key, then its union rank
-  std::uint32_t first_bits[kEntryWords];     // bit e: entry e is the first holding its key
-  std::int32_t first_base[kEntryWords];      // first entries below entry 32 w
-  std::uint8_t q_seg[kTileUnionMaxQueries];  // segment of tile query i
-  std::int32_t keys_taken;                   // keys in the table (the builders stop at kMaxEntries)
+  static constexpr int kBitmapWords = kTileUnionMaxVisibleBlocks / 32;
+  std::uint32_t bitmap[kBitmapWords];          // bit k: some query chose visible block k
+  std::uint16_t word_base[kBitmapWords];       // union rank of word w's first bit: set bits before it
+  std::int32_t seg_vis[kTileUnionMaxQueries];  // segment s: the blocks its last tile query sees (0: none)
+  std::int32_t seg_off[kTileUnionMaxQueries];  //   its first bit
+  std::int32_t builder_base[kBuilderThreads];  // set bits before builder bt's words
+  std::uint8_t q_seg[kTileUnionMaxQueries];    // segment of tile query i
+  std::int32_t bits;                           // bits in use: min(sum of seg_vis, kTileUnionMaxVisibleBlocks)
 };
+static_assert(kTileUnionMaxVisibleBlocks < 65536, "word_base holds ranks in 16 bits");
 
 // Q buffers: two (the next tile's Q gathered while this one computes), one with FP8 K/V (the
 // decode, about one tile per CTA: two measured no faster, docs/performance.md step 24).

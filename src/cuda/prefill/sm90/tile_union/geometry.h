@@ -14,13 +14,14 @@ inline constexpr int kTileUnionRows = 128;  // the kernel's M tile
 // The kernel comes in two widths (prefill/sm90/launch.h): the narrow instances' tiles hold up
 // to 32 queries and 512 top-k entries (a membership word per union entry, the builders'
 // scratch per entry); the wide instance's (a plan-free prefill at G <= 3) up to 128 queries
-// and 2048 entries (4 membership words, no scratch per entry).
+// and 2048 entries (4 membership words; its builders mark the chosen blocks in a bitmap over
+// the blocks the tile's queries can see, at most kTileUnionMaxVisibleBlocks of them).
 inline constexpr int kTileUnionNarrowQueries = 32;  // also a routed tile's: the routing takes a lane per query
 inline constexpr int kTileUnionMaxQueries = 128;    // the wide instance's
 inline constexpr int kTileUnionMemberWords = kTileUnionMaxQueries / 32;
-inline constexpr int kTileUnionMaxEntries = 512;       // distinct union entries of a tile: the union list
-inline constexpr int kTileUnionMaxTileEntries =
-    2048;  // q_per_tile * topk of a wide tile: the entries its builders read
+inline constexpr int kTileUnionMaxEntries = 512;            // distinct union entries of a tile: the union list
+inline constexpr int kTileUnionMaxTileEntries = 2048;       // q_per_tile * topk of a wide tile
+inline constexpr int kTileUnionMaxVisibleBlocks = 1 << 15;  // a wide tile's visible blocks (its bitmap)
 inline constexpr int kTileUnionMaxTopk = 32;
 
 // Queries per routed prefill tile (PrefillPath::kAuto with a device plan, whose routing counts
@@ -43,8 +44,9 @@ static_assert(tile_union_queries_per_tile(16, 16) == 8 && tile_union_queries_per
 // Queries per tile of a call with no device plan (every tile on the union kernel): as many as
 // fill the M tile, up to 128 (G = 1) and 2048 top-k entries. Their union may then exceed the
 // list: such a call takes these tiles only where every tile's union bound (its queries' causally
-// visible blocks, union_only_batch's bound) fits kTileUnionMaxEntries (tile_union_free_tiles).
-// At G <= 3 the tile holds more queries than a routed one; elsewhere the same.
+// visible blocks, union_only_batch's bound) fits kTileUnionMaxEntries and every tile's visible
+// blocks fit kTileUnionMaxVisibleBlocks (wide_tiles_fit). At G <= 3 the tile holds more queries
+// than a routed one; elsewhere the same.
 constexpr int tile_union_free_queries(int group, int topk) {
   const int fill = group <= 1 ? kTileUnionRows : kTileUnionRows / group;
   const int entries = kTileUnionMaxTileEntries / (topk < 1 ? 1 : topk);
@@ -56,6 +58,14 @@ static_assert(tile_union_free_queries(1, 16) == 128 && tile_union_free_queries(2
               tile_union_free_queries(16, 16) == 8 && tile_union_free_queries(1, 32) == 64 &&
               tile_union_free_queries(8, 32) == 16);
 
+// Whether every wide tile of q_per_tile queries fits the wide instance: its visible blocks
+// within the bitmap (the union's own bound, kTileUnionMaxEntries, is the caller's).
+inline bool wide_tiles_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                           std::int64_t total_q, std::int64_t max_k_len, int q_per_tile) {
+  return tile_unions_fit(cu_seqlens_q, k_len, batch, total_q, max_k_len, kAnyTopk, q_per_tile,
+                         kTileUnionMaxVisibleBlocks);
+}
+
 // PrefillPath::kAuto without a device plan (every tile on the union kernel): the queries per
 // tile of such a call, or 0 when the call is routed instead. Tiles of tile_union_free_queries
 // where the cost model takes them and every tile's union fits the list, else the routed tiles'
@@ -64,8 +74,10 @@ static_assert(tile_union_free_queries(1, 16) == 128 && tile_union_free_queries(2
 inline int plan_free_queries_per_tile(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                                       std::int64_t total_q, std::int64_t max_k_len, int h_kv, int group, int topk) {
   const int routed = tile_union_queries_per_tile(group, topk), free = tile_union_free_queries(group, topk);
-  if (free > routed && union_only_batch(cu_seqlens_q, k_len, batch, total_q, max_k_len, h_kv, group, topk, free, routed,
-                                        kTileUnionMaxEntries))
+  if (free > routed &&
+      union_only_batch(cu_seqlens_q, k_len, batch, total_q, max_k_len, h_kv, group, topk, free, routed,
+                       kTileUnionMaxEntries) &&
+      wide_tiles_fit(cu_seqlens_q, k_len, batch, total_q, max_k_len, free))
     return free;
   return union_only_batch(cu_seqlens_q, k_len, batch, total_q, max_k_len, h_kv, group, topk, routed) ? routed : 0;
 }
@@ -77,7 +89,8 @@ inline int forced_union_queries_per_tile(const std::int32_t* cu_seqlens_q, const
                                          int topk) {
   const int routed = tile_union_queries_per_tile(group, topk), free = tile_union_free_queries(group, topk);
   return free > routed &&
-                 tile_unions_fit(cu_seqlens_q, k_len, batch, total_q, max_k_len, topk, free, kTileUnionMaxEntries)
+                 tile_unions_fit(cu_seqlens_q, k_len, batch, total_q, max_k_len, topk, free, kTileUnionMaxEntries) &&
+                 wide_tiles_fit(cu_seqlens_q, k_len, batch, total_q, max_k_len, free)
              ? free
              : routed;
 }
