@@ -105,17 +105,4 @@ __device__ __forceinline__ unsigned offer_union_key(std::int32_t* table, int bit
   return finish_union_offer(table, bits, key, slot, atomicCAS(&table[slot], union_key::kNone, key), fresh);
 }
 
-// The slot holding `key` (not union_key::kNone) in a table that offers no longer change, or -1
-// when the key is not there.
-__device__ __forceinline__ int find_union_key(const std::int32_t* table, int bits, std::int32_t key) {
-  unsigned slot = union_key_home(key, bits);
-  for (int probes = 0; probes < (1 << bits); ++probes) {
-    const std::int32_t held = table[slot];
-    if (held == key) return static_cast<int>(slot);
-    if (held == union_key::kNone) return -1;
-    slot = (slot + 1) & ((1u << bits) - 1u);
-  }
-  return -1;
-}
-
 }  // namespace msa::cuda
