@@ -3,10 +3,10 @@
 //
 // A tile is q_per_tile consecutive queries of one KV head, their G heads packed into the
 // 128-row M tile (row r = query r / G, head r % G). Its union is the set of (request, block)
-// keys its queries selected and can see, deduplicated in first-seen order (query-major, slot
-// order: the result is deterministic), then sorted by key where a decode request spans
-// several tiles;
-// every union block's K/V is loaded once for all 128 rows, and a row sees a block's keys only
+// keys its queries selected (the wide instance: and can see), in a deterministic order: the
+// narrow builders' first-seen order (query-major, slot order), sorted by key where a decode
+// request spans several tiles; the wide builders' (request, block) order. Every union block's
+// K/V is loaded once for all 128 rows, and a row sees a block's keys only
 // if its query selected it (a membership bit per query) and the causal / k_len limit allows.
 #pragma once
 

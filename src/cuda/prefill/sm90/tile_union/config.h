@@ -13,8 +13,7 @@
 namespace msa::cuda::prefill_sm90 {
 
 constexpr int kMaxEntries = kTileUnionMaxEntries;  // distinct entries of a tile's union
-// The builders' open-addressing table of entry keys: twice the entries, a power of two (the
-// wide builders stop taking keys near kMaxEntries, so it never fills).
+// The narrow builders' open-addressing table of entry keys: twice the entries, a power of two.
 constexpr int kKeyTableSize = 2 * kMaxEntries;
 static_assert((kKeyTableSize & (kKeyTableSize - 1)) == 0);
 

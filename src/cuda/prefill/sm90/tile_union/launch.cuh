@@ -33,7 +33,7 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
   prefill_sm90::assert_supported(p.attn);
   // The tile's limits (geometry.h); the prefill and the decode choose their own q_per_tile within
   // them. A wide tile's union (up to kTileUnionMaxTileEntries top-k entries) is the caller's to
-  // bound (tile_union_free_queries): its builders stop at a full list. The wide instance runs
+  // bound (tile_union_free_queries, wide_tiles_fit): its builders drop what would not fit. The wide instance runs
   // every tile of a prefill, unsplit.
   const int max_queries = kWide ? kTileUnionMaxQueries : kTileUnionNarrowQueries;
   const int max_entries = kWide ? kTileUnionMaxTileEntries : kTileUnionMaxEntries;
