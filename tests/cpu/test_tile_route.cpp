@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/k2q_host.h"
@@ -201,6 +202,20 @@ TEST(TileRoute, UnionOnlyBatchMatchesItsDefinition) {
   EXPECT_GT(agreed_false, 20);
 }
 
+// A random varlen batch: cu_seqlens_q and k_len of `batch` requests, a fifth of them with no
+// query, the others with up to q_max - 1; each k_len its queries plus, two times in three, a
+// cached prefix of up to prefix_max - 1 tokens.
+std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> random_batch(std::mt19937& rng, int batch, int q_max,
+                                                                             int prefix_max) {
+  std::vector<std::int32_t> cu = {0}, kl;
+  for (int b = 0; b < batch; ++b) {
+    const int q_len = rng() % 5 == 0 ? 0 : static_cast<int>(rng() % static_cast<unsigned>(q_max));
+    cu.push_back(cu.back() + q_len);
+    kl.push_back(q_len + (rng() % 3 == 0 ? 0 : static_cast<int>(rng() % static_cast<unsigned>(prefix_max))));
+  }
+  return {cu, kl};
+}
+
 // tile_unions_fit against its definition: the largest union bound of a tile (union_only_by_
 // definition's) fits max_union exactly when max_union is at least that; union_only_batch with
 // that cap answers as without one, and false below it. Tiles of up to 128 queries, as a
@@ -230,12 +245,7 @@ TEST(TileRoute, TileUnionsFitMatchesItsDefinition) {
     const int topk = 1 + static_cast<int>(rng() % 32);
     const int q_per_tile = msa::cuda::tile_union_free_queries(group, topk);
     const int batch = 1 + static_cast<int>(rng() % 12);
-    std::vector<std::int32_t> cu = {0}, kl;
-    for (int b = 0; b < batch; ++b) {
-      const int q_len = rng() % 5 == 0 ? 0 : static_cast<int>(rng() % 700);
-      cu.push_back(cu.back() + q_len);
-      kl.push_back(q_len + (rng() % 3 == 0 ? 0 : static_cast<int>(rng() % 90000)));
-    }
+    auto [cu, kl] = random_batch(rng, batch, 700, 90000);
     if (cu.back() == 0) continue;
     const std::uint64_t largest = largest_union_by_definition(cu, kl, topk, q_per_tile);
     const std::int32_t max_k = *std::max_element(kl.begin(), kl.end());
@@ -304,12 +314,7 @@ TEST(TileRoute, WidePlanFreeTilesMatchTheirDefinition) {
     const int q_wide = msa::cuda::tile_union_free_queries(group, topk);
     const int q_routed = msa::cuda::tile_union_queries_per_tile(group, topk);
     const int batch = 1 + static_cast<int>(rng() % 6);
-    std::vector<std::int32_t> cu = {0}, kl;
-    for (int b = 0; b < batch; ++b) {
-      const int q_len = rng() % 5 == 0 ? 0 : static_cast<int>(rng() % 9000);
-      cu.push_back(cu.back() + q_len);
-      kl.push_back(q_len + (rng() % 3 == 0 ? 0 : static_cast<int>(rng() % 20000)));
-    }
+    auto [cu, kl] = random_batch(rng, batch, 9000, 20000);
     if (cu.back() == 0) continue;
     const int h_kv = 64 / group;
     const std::uint64_t max_union = rng() % 2 == 0 ? 512 : UINT64_MAX;

@@ -187,6 +187,28 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
   named_barrier_sync(kBuilders, kBuilderThreads);
 }
 
+// One warp's exclusive prefix sums of 32 N values, N consecutive ones a lane (lane `lane`
+// holds in[N lane .. N lane + N - 1]), written to out (which may be in); returns their total.
+template <int N>
+__device__ __forceinline__ int warp_exclusive_sums(const std::int32_t* in, std::int32_t* out, int lane) {
+  int v[N], sum = 0;
+#pragma unroll
+  for (int k = 0; k < N; ++k) sum += v[k] = in[N * lane + k];
+  int incl = sum;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += up;
+  }
+  int base = incl - sum;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    out[N * lane + k] = base;
+    base += v[k];
+  }
+  return __shfl_sync(0xffffffffu, incl, 31);
+}
+
 // The wide instance's build_list (tiles of up to 128 queries and kTileUnionMaxTileEntries top-k
 // entries; a plan-free prefill at G <= 3). A bit per block the tile's queries can see (segment
 // s's blocks [0, seg_vis[s]) from bit seg_off[s] on): each top-k entry sets its block's bit if
@@ -224,22 +246,8 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
   // 3. The segments' first bits (one warp, four segments a lane; each at most kMaxBits).
   static_assert(kTileUnionMaxQueries == 4 * 32);
   if (bt < 32) {
-    int vis[4], sum = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) sum += vis[k] = s.seg_vis[4 * bt + k];
-    int incl = sum;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int up = __shfl_up_sync(0xffffffffu, incl, d);
-      if (bt >= d) incl += up;
-    }
-    int off = incl - sum;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      s.seg_off[4 * bt + k] = off;
-      off += vis[k];
-    }
-    if (bt == 31) s.bits = min(incl, kMaxBits);
+    const int total = warp_exclusive_sums<4>(s.seg_vis, s.seg_off, bt);
+    if (bt == 31) s.bits = min(total, kMaxBits);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
   // Entries in units of four slots of one query (their loads issued together); visit(i, bit)
@@ -278,23 +286,9 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
   named_barrier_sync(kBuilders, kBuilderThreads);
   static_assert(kBuilderThreads == 3 * 32);
   if (bt < 32) {
-    int c[3], sum = 0;
-#pragma unroll
-    for (int k = 0; k < 3; ++k) sum += c[k] = s.builder_base[3 * bt + k];
-    int incl = sum;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int up = __shfl_up_sync(0xffffffffu, incl, d);
-      if (bt >= d) incl += up;
-    }
-    int base = incl - sum;
-#pragma unroll
-    for (int k = 0; k < 3; ++k) {
-      s.builder_base[3 * bt + k] = base;
-      base += c[k];
-    }
+    const int total = warp_exclusive_sums<3>(s.builder_base, s.builder_base, bt);
     if (bt == 31) {
-      const int size = min(incl, kMaxEntries);
+      const int size = min(total, kMaxEntries);
       list.size = size;
       list.begin = static_cast<int>(std::int64_t(size) * t.split / p.splits);
       list.end = static_cast<int>(std::int64_t(size) * (t.split + 1) / p.splits);

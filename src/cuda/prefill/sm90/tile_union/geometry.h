@@ -24,6 +24,15 @@ inline constexpr int kTileUnionMaxTileEntries = 2048;       // q_per_tile * topk
 inline constexpr int kTileUnionMaxVisibleBlocks = 1 << 15;  // a wide tile's visible blocks (its bitmap)
 inline constexpr int kTileUnionMaxTopk = 32;
 
+// Queries per tile that fill the M tile at a GQA group (1..16 heads) and top-k, within
+// `entries` top-k entries and `max_queries` queries a tile.
+constexpr int tile_union_fill_queries(int group, int topk, int entries, int max_queries) {
+  const int fill = group <= 1 ? kTileUnionRows : kTileUnionRows / group;
+  const int by_entries = entries / (topk < 1 ? 1 : topk);
+  const int q = fill < by_entries ? fill : by_entries;
+  return q < max_queries ? q : max_queries;
+}
+
 // Queries per routed prefill tile (PrefillPath::kAuto with a device plan, whose routing counts
 // every tile's union) for a GQA group (1..16 heads) and top-k: as many as fill the M tile,
 // within the routing's lanes and the union list (q_per_tile * topk <= 512 bounds any union).
@@ -31,10 +40,7 @@ inline constexpr int kTileUnionMaxTopk = 32;
 // (docs/performance.md, step 31), so at G <= 4 a tile of 32 queries halves the steps of one of
 // 16 wherever the union is no larger.
 constexpr int tile_union_queries_per_tile(int group, int topk) {
-  const int fill = group <= 1 ? kTileUnionRows : kTileUnionRows / group;
-  const int list = kTileUnionMaxEntries / (topk < 1 ? 1 : topk);
-  const int q = fill < list ? fill : list;
-  return q < kTileUnionNarrowQueries ? q : kTileUnionNarrowQueries;
+  return tile_union_fill_queries(group, topk, kTileUnionMaxEntries, kTileUnionNarrowQueries);
 }
 static_assert(tile_union_queries_per_tile(16, 16) == 8 && tile_union_queries_per_tile(8, 32) == 16 &&
               tile_union_queries_per_tile(4, 16) == 32 && tile_union_queries_per_tile(4, 32) == 16 &&
@@ -48,10 +54,7 @@ static_assert(tile_union_queries_per_tile(16, 16) == 8 && tile_union_queries_per
 // blocks fit kTileUnionMaxVisibleBlocks (wide_tiles_fit). At G <= 3 the tile holds more queries
 // than a routed one; elsewhere the same.
 constexpr int tile_union_free_queries(int group, int topk) {
-  const int fill = group <= 1 ? kTileUnionRows : kTileUnionRows / group;
-  const int entries = kTileUnionMaxTileEntries / (topk < 1 ? 1 : topk);
-  const int q = fill < entries ? fill : entries;
-  return q < kTileUnionMaxQueries ? q : kTileUnionMaxQueries;
+  return tile_union_fill_queries(group, topk, kTileUnionMaxTileEntries, kTileUnionMaxQueries);
 }
 static_assert(tile_union_free_queries(1, 16) == 128 && tile_union_free_queries(2, 16) == 64 &&
               tile_union_free_queries(3, 16) == 42 && tile_union_free_queries(4, 16) == 32 &&
