@@ -368,54 +368,6 @@ TEST(DecodeCudaApi, CallerWorkspaceAndCpuTwinAgree) {
   }
 }
 
-// A split step's pairs are merged by their last split in the kernel, counting arrivals in the
-// operator's own memory, not in the workspace: steps run back to back over a caller workspace
-// that something else overwrites between them (0xff, as another operator sharing it would) give
-// the reference's answer, bit for bit the same every step. Q = 1 (16 rows a pair) and Q = 8 (128
-// rows, the most a pair merges), sinks on the first.
-TEST(DecodeCudaApi, SplitStepsRepeatBitwiseOverAnOverwrittenWorkspace) {
-  MSA_SKIP_WITHOUT_GPU();
-  Case q1 = make_case("q1_split", 64, 4, 16, 128, 1, {9000}, Selection::kRandom, 31);
-  q1.spec.sinks = true;
-  const Case q8 = make_case("q8_split", 64, 4, 16, 64, 8, {20000, 3000}, Selection::kRandom, 32);
-  for (const Case& c : {q1, q8}) {
-    const auto& s = c.spec.shape;
-    const Workload w = msa::bench::make_workload(c.spec);
-    const Reference ref = reference(w);
-    HostTensor out(c.spec.dtype, {w.total_q, s.h_q, s.d}), lse(msa::DType::kFP32, {w.total_q, s.h_q});
-    DeviceDecode d(c, w, msa::bench::query_major_topk(w.topk), out, lse);
-    msa::Options o;
-    o.backend = msa::Backend::kCuda;
-    const auto batch = static_cast<std::int64_t>(c.spec.requests.size());
-    const std::size_t bytes =
-        msa::SparseDecode::workspace_bytes(s, {.batch = batch, .total_q = w.total_q, .max_k_len = max_len(c)}, o);
-    ASSERT_GT(bytes, 0u) << c.name << ": not a split step";
-    msa::test::DeviceBuffer ws(bytes);
-    msa::SparseDecode op(s, o);
-    op.set_workspace(ws.get(), bytes);
-    cudaStream_t stream;
-    CUDA_OK(cudaStreamCreate(&stream));
-    op.plan(batch, c.q, max_len(c), stream);
-    HostTensor first_out(c.spec.dtype, {w.total_q, s.h_q, s.d}), first_lse(msa::DType::kFP32, {w.total_q, s.h_q});
-    for (int step = 0; step < 40; ++step) {
-      CUDA_OK(cudaMemsetAsync(ws.get(), 0xff, bytes, stream));
-      CUDA_OK(cudaMemsetAsync(d.out.ptr, 0xff, out.bytes(), stream));
-      CUDA_OK(cudaMemsetAsync(d.lse.ptr, 0xff, lse.bytes(), stream));
-      op.run(d.args, stream);
-      CUDA_OK(cudaStreamSynchronize(stream));
-      d.out.download(step == 0 ? first_out : out);
-      d.lse.download(step == 0 ? first_lse : lse);
-      if (step == 0) {
-        expect_matches(first_out, first_lse, ref, c.name);
-        continue;
-      }
-      ASSERT_EQ(std::memcmp(out.raw(), first_out.raw(), out.bytes()), 0) << c.name << ": step " << step << " differs";
-      ASSERT_EQ(std::memcmp(lse.raw(), first_lse.raw(), lse.bytes()), 0) << c.name << ": step " << step << " lse";
-    }
-    cudaStreamDestroy(stream);
-  }
-}
-
 // Sizes only (no GPU needed): a step with enough (KV head, query tile) pairs to fill the GPU is
 // not split, so the kernel writes out and lse itself and the workspace is empty; a split
 // step's holds the partials (splits x rows x (d 16-bit values + one fp32 LSE)).

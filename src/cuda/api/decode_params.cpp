@@ -1,7 +1,5 @@
 #include "cuda/api/decode_params.h"
 
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -9,7 +7,6 @@
 #include "core/check.h"
 #include "core/plan_encoding.h"
 #include "cuda/api/prefill_params.h"
-#include "cuda/common/check.h"
 #include "cuda/common/workspace.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 
@@ -105,13 +102,13 @@ prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shap
   p.o_partial = w.o_partial;
   p.lse_partial = w.lse_partial;
   p.slots = g.splits;
-  // The kernel writes out and lse either way: an unsplit tile its rows, a split pair's last
-  // split the merged rows (TileUnionParams::split_arrivals), sinks applied.
-  p.out = a.out.data;
-  p.stride_out_token = a.out.stride[0];
-  p.stride_out_head = a.out.stride[1];
-  p.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
-  p.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
+  if (g.splits == 1) {  // the rows are final: out and lse written by the kernel, sinks applied
+    p.out = a.out.data;
+    p.stride_out_token = a.out.stride[0];
+    p.stride_out_head = a.out.stride[1];
+    p.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
+    p.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
+  }
   p.total_q = g.total_q;
   p.h_q = shape.h_q;
   p.h_kv = shape.h_kv;
@@ -121,8 +118,8 @@ prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shap
   return p;
 }
 
-prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn, const DecodeArgs& a,
-                                                       const DecodeGeometry& g, std::int32_t* split_arrivals) {
+prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn,
+                                                       const DecodeArgs& a, const DecodeGeometry& g) {
   prefill_sm90::TileUnionParams u{};
   u.attn = attn;
   u.topk = a.topk.ptr<const std::int32_t>();
@@ -136,24 +133,27 @@ prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::Atten
   u.direct = g.splits == 1;
   u.tiles = g.pairs * g.splits;
   u.group_heads = attn.h_kv;  // tile_of_rank's order (the decode's instances keep it anyway)
-  u.split_arrivals = g.splits > 1 ? split_arrivals : nullptr;
   return u;
 }
 
-DecodeSplitArrivals::~DecodeSplitArrivals() {
-  if (counts_ != nullptr) (void)cudaFree(counts_);
-}
-
-std::int32_t* DecodeSplitArrivals::get() {
-  if (counts_ == nullptr) {
-    constexpr std::size_t kBytes = kDecodeCtaTarget * sizeof(std::int32_t);
-    MSA_CUDA_CHECK(cudaMalloc(&counts_, kBytes));
-    // Zero before any stream the caller runs on can use them: the legacy stream, waited for
-    // (once per operator).
-    MSA_CUDA_CHECK(cudaMemsetAsync(counts_, 0, kBytes, cudaStreamLegacy));
-    MSA_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
-  }
-  return counts_;
+CombineParams decode_combine_params(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g,
+                                    const DecodeWorkspace& w) {
+  CombineParams c{};
+  c.o_partial = w.o_partial;
+  c.lse_partial = w.lse_partial;
+  c.split_counts = nullptr;
+  c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
+  c.out = a.out.data;
+  c.stride_out_token = a.out.stride[0];
+  c.stride_out_head = a.out.stride[1];
+  c.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
+  c.total_q = g.total_q;
+  c.h_q = shape.h_q;
+  c.group = shape.group();
+  c.topk = g.splits;
+  c.uniform_count = g.splits;
+  c.out_fp16 = a.out.dtype == DType::kFP16;
+  return c;
 }
 
 }  // namespace msa::cuda

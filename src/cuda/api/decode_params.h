@@ -4,13 +4,14 @@
 // through TileUnionParams::q_per_request; k_len = seq_len), so each (KV head, query tile) pair
 // loads the union of its queries' blocks once for all their Q x G rows. When the pairs alone
 // would leave SMs idle, each pair runs as `splits` tiles over parts of its union (split-KV), and
-// the last split of a pair to finish merges the pair's partials in the kernel; with one split the
-// tiles write out and lse directly (no partials). The decode launches the combine never.
+// the combine merges the splits' partials; with one split the kernel writes out and lse itself
+// (no partials, no combine).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/combine/params.h"
 #include "cuda/prefill/sm90/tile_union/params.h"
 #include "msa/decode.h"
 
@@ -58,25 +59,10 @@ void check_cuda_decode(const DecodeArgs& a);
 
 prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shape, const DecodeArgs& a,
                                                       const DecodeGeometry& g, const DecodeWorkspace& w);
-// split_arrivals: [pairs] counts, all 0 (DecodeSplitArrivals), used when the plan splits.
-prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn, const DecodeArgs& a,
-                                                       const DecodeGeometry& g, std::int32_t* split_arrivals);
-
-// The split pairs' arrival counts (TileUnionParams::split_arrivals): kDecodeCtaTarget int32, the
-// operator's own memory rather than the workspace, because they must be 0 before every run
-// (each run leaves them 0) and a caller may share its workspace with other operators. Allocated
-// and zeroed once, by the first plan() that splits (a split plan has at most kDecodeCtaTarget / 2
-// pairs).
-class DecodeSplitArrivals {
- public:
-  DecodeSplitArrivals() = default;
-  ~DecodeSplitArrivals();
-  DecodeSplitArrivals(const DecodeSplitArrivals&) = delete;
-  DecodeSplitArrivals& operator=(const DecodeSplitArrivals&) = delete;
-  std::int32_t* get();
-
- private:
-  std::int32_t* counts_ = nullptr;
-};
+prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn,
+                                                       const DecodeArgs& a, const DecodeGeometry& g);
+// The merge of every row's `splits` partials (null split counts: all rows have all slots).
+CombineParams decode_combine_params(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g,
+                                    const DecodeWorkspace& w);
 
 }  // namespace msa::cuda
