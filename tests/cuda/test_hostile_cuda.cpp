@@ -315,6 +315,45 @@ TEST(HostileCuda, RunWithOtherTensorsThanPlannedIsRejected) {
   EXPECT_FALSE(c.untouched());
 }
 
+// A device batch changed after plan() into one no valid batch is (cu_seqlens_q out of order and
+// past total_q, a k_len below its q_len) and every top-k row [0, 1, -1, ...]: results are
+// unspecified, but no path may read or write out of bounds, hang or fail (docs/numerics.md). At
+// G = 1 a plan-free call takes the wide tile-union tiles (128 queries): there queries 192-255
+// (request 3 now, k_len 1) share tile 128's segment 0 with queries of request 0 (k_len 16000),
+// and a bit past the segment's visible blocks once named a segment no query wrote (its request
+// and page-table row stale). Run repeatedly, since which request's k_len the segment keeps is a
+// race; compute-sanitizer memcheck over HostileCuda (scripts/gpu_check.sh --sanitize) makes
+// any stray access fail the run.
+TEST(HostileCuda, BatchBrokenOnTheDeviceAfterPlanStaysInBounds) {
+  MSA_SKIP_WITHOUT_GPU();
+  WorkloadSpec spec = spec_of(128, {{64, 16000}, {64, 200}, {64, 200}, {64, 64}}, 41);
+  spec.shape = {.h_q = 4, .h_kv = 4, .d = 128, .topk = 16};
+  DeviceCase c(spec);
+  HostTensor cu(msa::DType::kInt32, {5}), kl(msa::DType::kInt32, {4});
+  const std::int32_t broken_cu[] = {0, 17000, 192, 0, 1}, broken_kl[] = {16000, 200, 200, 1};
+  std::memcpy(cu.raw(), broken_cu, sizeof broken_cu);
+  std::memcpy(kl.raw(), broken_kl, sizeof broken_kl);
+  HostTensor rows(msa::DType::kInt32, c.w.topk.shape());
+  auto* r = rows.data<std::int32_t>();
+  for (std::int64_t i = 0; i < rows.numel(); ++i)
+    r[i] = i % spec.shape.topk < 2 ? static_cast<std::int32_t>(i % spec.shape.topk) : -1;
+  for (const msa::PrefillPath path : {msa::PrefillPath::kTileUnion, msa::PrefillPath::kAuto,
+                                      msa::PrefillPath::kBlockMajor}) {
+    c.cu.upload(c.w.cu_seqlens_q);  // plan() sees the valid batch
+    c.kl.upload(c.w.k_len);
+    c.topk.upload(c.w.topk);
+    msa::SparsePrefill op(spec.shape, cuda_options(false, path));
+    op.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    c.cu.upload(cu);
+    c.kl.upload(kl);
+    c.topk.upload(rows);
+    for (int rep = 0; rep < 20; ++rep) op.run(c.a, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaGetLastError());
+  }
+}
+
 // Without a visible GPU (CI, or CUDA_VISIBLE_DEVICES=""): sizing works, constructing says why.
 TEST(HostileCuda, NoVisibleGpuIsNamedAndSizingStillWorks) {
   msa::AttentionShape s;

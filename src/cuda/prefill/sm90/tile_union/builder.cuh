@@ -265,7 +265,11 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
       const int seg = s.q_seg[i];
       const int pos = list.q_pos[i];
       const int blocks = (list.seg_klen[seg] + kBlockSize - 1) / kBlockSize;
-      const int sees = pos >= 0 ? min(pos / kBlockSize + 1, blocks) : 0;
+      // Within the segment's bits: with a valid batch the segment's last query sees the most, so
+      // this is the query's own limit; a batch changed on the device since plan() can put two
+      // requests (two k_len) in one segment, and a bit past seg_vis would then name a segment
+      // no query of the tile wrote (its request and k_len stale: reads out of bounds).
+      const int sees = pos >= 0 ? min(min(pos / kBlockSize + 1, blocks), s.seg_vis[seg]) : 0;
       const int off = s.seg_off[seg];
 #pragma unroll
       for (int k = 0; k < 4; ++k)
