@@ -1,7 +1,8 @@
 """msa: MiniMax Sparse Attention for NVIDIA Hopper, with a CPU reference of every operator.
 
 Tensors go in and out through DLPack (``__dlpack__``): PyTorch, CuPy, JAX, and NumPy for CPU
-tensors, never copied. Errors are :class:`msa.Error`, a ``ValueError`` whose ``argument`` names
+tensors, never copied (read-only arrays as inputs; the MSA wrappers take PyTorch, CuPy and
+NumPy, whose libraries make their buffers). Errors are :class:`msa.Error`, a ``ValueError`` whose ``argument`` names
 the rejected argument (e.g. ``"q.shape[2]"``) and whose ``value`` is what it held.
 
 Two layers over the same C++ operators: the MSA wrapper classes (the MSA contract's names,

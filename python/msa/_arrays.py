@@ -5,6 +5,8 @@ new buffers of the same kind, the stream to run on, and msa.Error raised from Py
 from __future__ import annotations
 
 import contextlib
+import operator
+import struct
 import sys
 
 from . import _msa
@@ -18,6 +20,54 @@ def error(argument: str, value, message: str) -> _msa.Error:
     e = _msa.Error(f"msa: {argument} = {value}: {message}")
     e.argument, e.value, e.message = argument, str(value), message
     return e
+
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def int_arg(name: str, value, minimum: int = 0, maximum: int = INT32_MAX) -> int:
+    """value as a Python int: any integer (int, a NumPy integer, a one-element integer tensor),
+    not a bool, in [minimum, maximum] (the C++ parameter's range: int32 unless said)."""
+    if not isinstance(value, bool):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            number = None
+        if number is not None and minimum <= number <= maximum:
+            return number
+    raise error(name, value, f"must be an int in [{minimum}, {maximum}]")
+
+
+def scale_arg(name: str, value, allow_zero: bool) -> float:
+    """A softmax scale as the C++ layer takes it (fp32; 0 means 1 / sqrt(d) there): finite and
+    > 0 once rounded to fp32, or 0 where allowed."""
+    try:
+        number = float(value) if not isinstance(value, bool) else None
+        single = struct.unpack("f", struct.pack("f", number))[0] if number is not None else None
+    except (TypeError, ValueError, OverflowError):
+        single = None
+    if single is not None and single == single and single != float("inf") and (single > 0 or
+                                                                               (allow_zero and number == 0)):
+        return number
+    raise error(name, value, "must be a float > 0 that fp32 holds (about 1.2e-38 to 3.4e38)" +
+                (", or 0 for 1 / sqrt(d)" if allow_zero else ""))
+
+
+def raise_explained(arrays: dict | None = None, ints: dict | None = None, floats: dict | None = None) -> None:
+    """Called when the extension refused an argument's type (nanobind's TypeError names none):
+    raises an msa.Error naming the first of `arrays` (name -> value, None allowed) that is no
+    DLPack array, of `ints` (name -> value: int32 ranges) that is no int of its C++ type, or of
+    `floats` (name -> value) that is no float; returns when all look right (the caller then
+    re-raises the TypeError). Costs nothing on calls that succeed."""
+    for name, a in (arrays or {}).items():
+        if a is not None and not hasattr(a, "__dlpack__"):
+            raise error(name, type(a).__name__, "must be an array with __dlpack__ (PyTorch, NumPy, CuPy, JAX)")
+    for name, value in (ints or {}).items():
+        int_arg(name, value, -2**31, INT32_MAX)
+    for name, value in (floats or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+            raise error(name, value, "must be a float")
 
 
 def renamed(e: _msa.Error, names: dict) -> _msa.Error:
@@ -70,6 +120,8 @@ def dtype_name(dtype) -> str:
     """'bfloat16', 'float16', 'int32', ... for a torch, NumPy or CuPy dtype or a string."""
     if isinstance(dtype, str):
         return dtype
+    if isinstance(dtype, type):  # a scalar type such as numpy.float16
+        return getattr(dtype, "__name__", str(dtype))
     try:
         return _DTYPE_NAMES[dtype]
     except (KeyError, TypeError):  # not seen yet, or not hashable
@@ -117,7 +169,11 @@ def stream_of(stream, *arrays) -> int:
     """The CUDA stream handle to run on: the given one (an int handle or an object with
     ``cuda_stream``), else PyTorch's current stream when an array is a CUDA torch tensor, else 0."""
     if stream is not None:
-        return int(getattr(stream, "cuda_stream", stream))
+        try:
+            return int_arg("stream", getattr(stream, "cuda_stream", stream), 0, 2**64 - 1)
+        except _msa.Error:
+            raise error("stream", stream, "must be a CUDA stream handle (an int) or an object with .cuda_stream") \
+                from None
     for t in arrays:
         if t is not None and getattr(t, "is_cuda", False):
             import torch  # only reached with torch tensors

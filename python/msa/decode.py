@@ -4,7 +4,7 @@ run() every step (spec §4)."""
 from __future__ import annotations
 
 from . import _msa
-from ._arrays import on_device_of, stream_of
+from ._arrays import INT64_MAX, int_arg, on_device_of, raise_explained, stream_of
 
 
 class SparseDecode:
@@ -21,19 +21,28 @@ class SparseDecode:
 
     def __init__(self, h_q: int, h_kv: int, d: int = 128, topk: int = 16, scale: float = 0.0, *,
                  backend: str = "cpu", strict: bool = False):
-        self._op = _msa.SparseDecode(h_q, h_kv, d, topk, scale, backend, strict)
+        try:
+            self._op = _msa.SparseDecode(h_q, h_kv, d, topk, scale, backend, strict)
+        except TypeError:
+            raise_explained(ints=dict(h_q=h_q, h_kv=h_kv, d=d, topk=topk), floats=dict(scale=scale))
+            raise
         self._workspace = None
 
     def set_workspace(self, buffer) -> None:
         """Use ``buffer`` (one contiguous array on the backend's device, at least
         :meth:`workspace_bytes` bytes, 256-byte aligned) as the scratch; ``None``: the object's own."""
-        self._op.set_workspace(buffer)
+        try:
+            self._op.set_workspace(buffer)
+        except TypeError:
+            raise_explained(arrays=dict(buffer=buffer))
+            raise
         self._workspace = buffer
 
     def plan(self, batch: int, q_per_request: int, max_seq_len: int, *, stream=None) -> None:
         """Fixes the geometry: ``batch`` requests of ``q_per_request`` (1..16) queries, seq_len at
         most ``max_seq_len`` (0: no bound known)."""
-        self._op.plan(batch, q_per_request, max_seq_len, stream_of(stream))
+        self._op.plan(int_arg("batch", batch, 0, INT64_MAX), int_arg("q_per_request", q_per_request, -2**31),
+                      int_arg("max_seq_len", max_seq_len, -2**63, INT64_MAX), stream_of(stream))
 
     def run(self, q, k, v, out, seq_len, topk, q_per_request: int, *, topk_head_major: bool = False,
             page_table=None, cu_seqlens_k=None, sinks=None, lse=None, k_descale=None, v_descale=None,
@@ -45,10 +54,18 @@ class SparseDecode:
         ``[total_k, h_kv, d]`` with ``cu_seqlens_k``; ``sinks [h_q]`` fp32. FP8 E4M3 K/V
         (``float8_e4m3fn``, bf16 q; on the GPU head dim 128) take ``k_descale`` and ``v_descale``
         (``[1]`` or ``[h_kv]`` fp32: K = k_descale * stored)."""
-        with on_device_of(q):
-            self._op.run(q, k, v, out, seq_len, topk, q_per_request, topk_head_major, page_table, cu_seqlens_k,
-                         sinks, lse, k_descale, v_descale, stream_of(stream, q, out))
+        try:
+            with on_device_of(q):
+                self._op.run(q, k, v, out, seq_len, topk, q_per_request, topk_head_major, page_table, cu_seqlens_k,
+                             sinks, lse, k_descale, v_descale, stream_of(stream, q, out))
+        except TypeError:
+            raise_explained(arrays=dict(q=q, k=k, v=v, out=out, seq_len=seq_len, topk=topk, page_table=page_table,
+                                        cu_seqlens_k=cu_seqlens_k, sinks=sinks, lse=lse, k_descale=k_descale,
+                                        v_descale=v_descale), ints=dict(q_per_request=q_per_request))
+            raise
 
     def workspace_bytes(self, batch: int, q_per_request: int, max_seq_len: int) -> int:
         """Scratch bytes of a decode of this size (needs no GPU)."""
-        return self._op.workspace_bytes(batch, q_per_request, max_seq_len)
+        return self._op.workspace_bytes(int_arg("batch", batch, 0, INT64_MAX),
+                                        int_arg("q_per_request", q_per_request, -2**31),
+                                        int_arg("max_seq_len", max_seq_len, -2**63, INT64_MAX))

@@ -19,7 +19,8 @@ in a buffer of the wrapper (``scores``). The ids are the same either way.
 from __future__ import annotations
 
 from . import _msa
-from ._arrays import dtype_name, empty, error, is_cuda, library_of, on_device_of, renamed, same_kind, stream_of
+from ._arrays import (dtype_name, empty, error, int_arg, is_cuda, library_of, on_device_of, renamed, same_kind,
+                      stream_of)
 
 _HEAD_DIM = 128
 _BLOCK = 128
@@ -31,9 +32,7 @@ _DECODE_NAMES = dict(_PREFILL_NAMES, k_len="seq_lens", cu_seqlens_q="query_lengt
 
 
 def _int_arg(name: str, value, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise error(name, value, f"must be an int in {lo}..{hi}")
-    return value
+    return int_arg(name, value, lo, hi)
 
 
 def _int32_array(name: str, a, ndim: int):
@@ -103,6 +102,16 @@ class _IndexerWrapper:
             raise error("plan", "none", "call plan() before run()")
         if out is None:
             out = self._topk_out
+        else:
+            _int32_array("out", out, 3)
+        if not self._fused and out is not self._topk_out:
+            # The indexer writes self.scores before the top-k sees out: out's shape and device
+            # are checked first, so that a rejected out leaves the scores as they were.
+            if tuple(out.shape) != tuple(self._topk_out.shape):
+                raise error("out.shape", tuple(out.shape), f"must be {tuple(self._topk_out.shape)}")
+            if is_cuda(out) != is_cuda(self._topk_out):
+                raise error("out.device", "cuda" if is_cuda(out) else "cpu",
+                            "must be where the planned arrays are")
         try:
             with on_device_of(q):
                 stream = stream_of(None, q, out)

@@ -6,7 +6,7 @@ the CPU and on the CUDA backend (device tensors; graph-capturable)."""
 from __future__ import annotations
 
 from . import _msa
-from ._arrays import on_device_of, stream_of
+from ._arrays import INT64_MAX, int_arg, on_device_of, raise_explained, stream_of
 
 
 class Indexer:
@@ -17,12 +17,20 @@ class Indexer:
     """
 
     def __init__(self, h_i: int, d: int = 128, scale: float = 0.0, *, backend: str = "cpu", strict: bool = False):
-        self._op = _msa.Indexer(h_i, d, scale, backend, strict)
+        try:
+            self._op = _msa.Indexer(h_i, d, scale, backend, strict)
+        except TypeError:
+            raise_explained(ints=dict(h_i=h_i, d=d), floats=dict(scale=scale))
+            raise
 
     def plan(self, cu_seqlens_q, k_len, *, stream=None) -> None:
         """The batch the next runs score: ``cu_seqlens_q [B + 1]`` and ``k_len [B]`` int32."""
-        with on_device_of(cu_seqlens_q):
-            self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
+        try:
+            with on_device_of(cu_seqlens_q):
+                self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
+        except TypeError:
+            raise_explained(arrays=dict(cu_seqlens_q=cu_seqlens_q, k_len=k_len))
+            raise
 
     def run(self, index_q, index_k, scores, cu_seqlens_q, k_len, *, page_table=None, cu_seqlens_k=None,
             stream=None) -> None:
@@ -33,9 +41,14 @@ class Indexer:
         ``page_table``, or flat ``[total_k, 1, d]`` with ``cu_seqlens_k``. Queries and keys share a
         dtype: bf16, fp16 or ``float8_e4m3fn`` (MSA's q8kv8: the E4M3 values as they are, no
         descale; on the GPU e4m3 tensor-core products, docs/numerics.md)."""
-        with on_device_of(index_q):
-            self._op.run(index_q, index_k, scores, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
-                         stream_of(stream, index_q, scores))
+        try:
+            with on_device_of(index_q):
+                self._op.run(index_q, index_k, scores, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
+                             stream_of(stream, index_q, scores))
+        except TypeError:
+            raise_explained(arrays=dict(index_q=index_q, index_k=index_k, scores=scores, cu_seqlens_q=cu_seqlens_q,
+                                        k_len=k_len, page_table=page_table, cu_seqlens_k=cu_seqlens_k))
+            raise
 
 
 class TopK:
@@ -50,20 +63,37 @@ class TopK:
     synchronisation)."""
 
     def __init__(self, topk: int = 16, *, backend: str = "cpu", strict: bool = False, ranking: str = "exact"):
-        self._op = _msa.TopK(topk, backend, strict, ranking)
+        try:
+            self._op = _msa.TopK(topk, backend, strict, ranking)
+        except TypeError:
+            raise_explained(ints=dict(topk=topk))
+            raise
 
     def plan(self, cu_seqlens_q, k_len, *, stream=None) -> None:
         """The batch the next runs select for: ``cu_seqlens_q [B + 1]`` and ``k_len [B]`` int32."""
-        with on_device_of(cu_seqlens_q):
-            self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
+        try:
+            with on_device_of(cu_seqlens_q):
+                self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
+        except TypeError:
+            raise_explained(arrays=dict(cu_seqlens_q=cu_seqlens_q, k_len=k_len))
+            raise
 
     def run(self, scores, topk, cu_seqlens_q, k_len, *, stream=None) -> None:
         """From ``scores [h, total_q, cols]`` fp32 writes ``topk [h, total_q, topk]`` int32 (the
         prefill layout; any non-overlapping strides, so ``out.transpose(0, 1)`` of a
         ``[total_q, h, topk]`` tensor writes the query-major layout). A NaN score ranks below
         every number."""
-        with on_device_of(scores):
-            self._op.run(scores, topk, cu_seqlens_q, k_len, stream_of(stream, scores, topk))
+        try:
+            with on_device_of(scores):
+                self._op.run(scores, topk, cu_seqlens_q, k_len, stream_of(stream, scores, topk))
+        except TypeError:
+            raise_explained(arrays=dict(scores=scores, topk=topk, cu_seqlens_q=cu_seqlens_q, k_len=k_len))
+            raise
+
+
+def _sizes(batch, total_q, max_k_len) -> tuple:
+    return (int_arg("batch", batch, 0, INT64_MAX), int_arg("total_q", total_q, 0, INT64_MAX),
+            int_arg("max_k_len", max_k_len, 0, INT64_MAX))
 
 
 class IndexerTopK:
@@ -79,17 +109,21 @@ class IndexerTopK:
 
     def __init__(self, h_i: int, topk: int = 16, d: int = 128, scale: float = 0.0, *, backend: str = "cpu",
                  strict: bool = False):
-        self._op = _msa.IndexerTopK(h_i, d, topk, scale, backend, strict)
+        try:
+            self._op = _msa.IndexerTopK(h_i, d, topk, scale, backend, strict)
+        except TypeError:
+            raise_explained(ints=dict(h_i=h_i, topk=topk, d=d), floats=dict(scale=scale))
+            raise
 
     def plan(self, batch: int, total_q: int, max_k_len: int, *, stream=None) -> None:
         """Host sizes only: ``batch`` requests, ``total_q`` query rows, ``max_k_len`` a bound on
         every ``k_len``. Allocates the operator's scratch when the batch needs one (few query
         tiles: decode steps, short chunks); launches nothing."""
-        self._op.plan(batch, total_q, max_k_len, stream_of(stream))
+        self._op.plan(*_sizes(batch, total_q, max_k_len), stream_of(stream))
 
     def workspace_bytes(self, batch: int, total_q: int, max_k_len: int) -> int:
         """The scratch plan() allocates for these sizes (0 on the CPU)."""
-        return self._op.workspace_bytes(batch, total_q, max_k_len)
+        return self._op.workspace_bytes(*_sizes(batch, total_q, max_k_len))
 
     def run(self, index_q, index_k, topk, cu_seqlens_q, k_len, *, page_table=None, cu_seqlens_k=None,
             stream=None) -> None:
@@ -97,6 +131,11 @@ class IndexerTopK:
         ``[total_q, h_i, topk]`` tensor takes the query-major layout) from ``index_q [total_q, h_i,
         d]`` and the index-K cache, as :meth:`Indexer.run` reads them; the planned batch and
         ``total_q``."""
-        with on_device_of(index_q):
-            self._op.run(index_q, index_k, topk, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
-                         stream_of(stream, index_q, topk))
+        try:
+            with on_device_of(index_q):
+                self._op.run(index_q, index_k, topk, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
+                             stream_of(stream, index_q, topk))
+        except TypeError:
+            raise_explained(arrays=dict(index_q=index_q, index_k=index_k, topk=topk, cu_seqlens_q=cu_seqlens_q,
+                                        k_len=k_len, page_table=page_table, cu_seqlens_k=cu_seqlens_k))
+            raise

@@ -7,10 +7,9 @@ The selection wrappers, which produce the ``topk_indices`` these take, are in in
 
 from __future__ import annotations
 
-import math
-
 from . import _msa
-from ._arrays import dtype_name, empty, error, is_cuda, on_device_of, renamed, same_device, same_kind, stream_of
+from ._arrays import (INT64_MAX, dtype_name, empty, error, int_arg, is_cuda, on_device_of, renamed, same_device,
+                      same_kind, scale_arg, stream_of)
 
 # The C++ layer's argument names, as the wrapper's caller spells them.
 _PREFILL_NAMES = {
@@ -24,6 +23,7 @@ _PREFILL_NAMES = {
     "shape.topk": "topk_indices.shape[2]",
     "shape.d": "head_dim",
     "shape.scale": "sm_scale",
+    "problem.max_k_len": "max_seqlen_k",
     "workspace": "workspace_buffer",
 }
 
@@ -41,14 +41,13 @@ _DECODE_NAMES = {
     "q_per_request": "q_len_per_request",
     "batch": "seq_lens.shape[0]",
     "max_seq_len": "max_seqlen_k",
+    "problem.max_k_len": "max_seqlen_k",
     "workspace": "workspace_buffer",
 }
 
 
-def _int_arg(name: str, value, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise error(name, value, f"must be an int >= {minimum}")
-    return value
+def _int_arg(name: str, value, minimum: int = 0, maximum: int = 2**31 - 1) -> int:
+    return int_arg(name, value, minimum, maximum)
 
 
 def _dlpack_arg(name: str, value):
@@ -57,11 +56,14 @@ def _dlpack_arg(name: str, value):
     return value
 
 
+def _optional_arrays(**arrays) -> None:
+    for name, value in arrays.items():
+        if value is not None:
+            _dlpack_arg(name, value)
+
+
 def _scale_arg(sm_scale) -> float:
-    if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale)
-                                     and sm_scale > 0):
-        raise error("sm_scale", sm_scale, "must be a finite float > 0 (or None: 1 / sqrt(head_dim))")
-    return 0.0 if sm_scale is None else float(sm_scale)
+    return 0.0 if sm_scale is None else scale_arg("sm_scale", sm_scale, allow_zero=False)
 
 
 def _q_type_arg(q_data_type) -> str:
@@ -230,9 +232,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
             raise error("topk_indices.shape[0]", h_kv, f"must equal num_kv_heads = {num_kv_heads}")
         h_q = _int_arg("num_q_heads", num_q_heads, 1)
         d = _int_arg("head_dim", head_dim, 1)
-        sizes = dict(total_k=_int_arg("total_k", total_k), total_rows=_int_arg("total_rows", total_rows),
-                     max_seqlen_q=_int_arg("max_seqlen_q", max_seqlen_q),
-                     max_seqlen_k=_int_arg("max_seqlen_k", max_seqlen_k))
+        sizes = dict(total_k=_int_arg("total_k", total_k, 0, INT64_MAX),
+                     total_rows=_int_arg("total_rows", total_rows, 0, INT64_MAX),
+                     max_seqlen_q=_int_arg("max_seqlen_q", max_seqlen_q, 0, INT64_MAX),
+                     max_seqlen_k=_int_arg("max_seqlen_k", max_seqlen_k, 0, INT64_MAX))
         scale = _scale_arg(sm_scale)
         q_type = _q_type_arg(q_data_type)
         for name, a in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -309,6 +312,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
         num_q_heads]`` fp32, natural log). Given ``out`` / ``lse`` are written; otherwise the
         wrapper's buffers are, and returned: the same arrays every run of this plan (clone to
         keep one). Beyond the contract: ``sinks [num_q_heads]`` fp32 attention-sink logits."""
+        _optional_arrays(out=out, lse=lse, sinks=sinks)
         out, lse = self._outputs(q, out, lse, return_lse)
         paged = self._page_table is not None
         k, v, nhd = self._kv_pair(paged_kv_cache, paged)
@@ -372,7 +376,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
         h_kv = _int_arg("num_kv_heads", num_kv_heads, 1)
         d = _int_arg("head_dim", head_dim, 1)
         width = _int_arg("topk", topk, 1)
-        max_len = _int_arg("max_seqlen_k", max_seqlen_k)
+        max_len = _int_arg("max_seqlen_k", max_seqlen_k, 0, INT64_MAX)
         scale = _scale_arg(sm_scale)
         q_type = _q_type_arg(q_data_type)
         if not is_cuda(seq_lens) and dtype_name(seq_lens.dtype) == "int32":
@@ -405,6 +409,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
         ``(out, lse)`` with ``return_lse``, as the prefill wrapper does; ``sinks [num_q_heads]``
         fp32 attention-sink logits. FP8 E4M3 caches (``float8_e4m3fn``, bf16 q, head_dim 128) take
         ``k_descale`` / ``v_descale``, ``[1]`` or ``[num_kv_heads]`` fp32."""
+        _optional_arrays(out=out, lse=lse, sinks=sinks, k_descale=k_descale, v_descale=v_descale)
         out, lse = self._outputs(q, out, lse, return_lse)
         _dlpack_arg("topk_indices", topk_indices)
         k, v, nhd = self._kv_pair(paged_kv_cache, self._page_table is not None)

@@ -78,6 +78,8 @@ void set_workspace_of(Op& op, const std::optional<ArrayArg>& arg) {
     op.set_workspace(nullptr, 0);
     return;
   }
+  if (arg->read_only)
+    throw Error("workspace", "a read-only array", "msa writes its scratch there: pass a writable one");
   const Array& b = arg->array;
   const bool on_cuda = b.device_type() == nb::device::cuda::value;
   const bool want_cuda = op.options().backend == Backend::kCuda;
@@ -104,9 +106,10 @@ class PySparsePrefill {
   // With cu_seqlens_k, k_len is first written from it (msa::lengths_from_offsets, on the stream).
   void plan(const ArrayArg& cu_seqlens_q, const ArrayArg& k_len, const ArrayArg& topk,
             std::optional<std::int64_t> max_k_len, std::uintptr_t stream, const std::optional<ArrayArg>& cu_seqlens_k) {
-    const VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
+    VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
     const TensorView ids = to_view(topk, "topk");
     const TensorView offsets = to_view(cu_seqlens_k, "cu_seqlens_k");
+    if (offsets.present()) batch.k_len = to_output_view(k_len, "k_len");  // written from the offsets
     nb::gil_scoped_release release;
     if (offsets.present()) lengths_from_offsets(offsets, batch.k_len, to_stream(stream));
     if (max_k_len.has_value()) op_.plan(batch, ids, *max_k_len, to_stream(stream));
@@ -123,8 +126,8 @@ class PySparsePrefill {
     a.batch = batch_of(cu_seqlens_q, k_len);
     a.topk = to_view(topk, "topk");
     a.sinks = to_view(sinks, "sinks");
-    a.out = to_view(out, "out");
-    a.lse = to_view(lse, "lse");
+    a.out = to_output_view(out, "out");
+    a.lse = to_output_view(lse, "lse");
     nb::gil_scoped_release release;
     op_.run(a, to_stream(stream));
   }
@@ -164,8 +167,8 @@ class PySparseDecode {
     a.topk_head_major = topk_head_major;
     a.q_per_request = q_per_request;
     a.sinks = to_view(sinks, "sinks");
-    a.out = to_view(out, "out");
-    a.lse = to_view(lse, "lse");
+    a.out = to_output_view(out, "out");
+    a.lse = to_output_view(lse, "lse");
     a.k_descale = to_view(k_descale, "k_descale");
     a.v_descale = to_view(v_descale, "v_descale");
     nb::gil_scoped_release release;
@@ -200,7 +203,7 @@ class PyIndexer {
     a.index_k = KvCache{to_view(index_k, "index_k"), TensorView{}, to_view(page_table, "page_table"),
                         to_view(cu_seqlens_k, "cu_seqlens_k")};
     a.batch = batch_of(cu_seqlens_q, k_len);
-    a.scores = to_view(scores, "scores");
+    a.scores = to_output_view(scores, "scores");
     nb::gil_scoped_release release;
     op_.run(a, to_stream(stream));
   }
@@ -237,7 +240,7 @@ class PyTopK {
     TopkArgs a;
     a.scores = to_view(scores, "scores");
     a.batch = batch_of(cu_seqlens_q, k_len);
-    a.topk = to_view(topk, "topk");
+    a.topk = to_output_view(topk, "topk");
     nb::gil_scoped_release release;
     op_.run(a, to_stream(stream));
   }
@@ -265,7 +268,7 @@ class PyIndexerTopK {
     a.index_k = KvCache{to_view(index_k, "index_k"), TensorView{}, to_view(page_table, "page_table"),
                         to_view(cu_seqlens_k, "cu_seqlens_k")};
     a.batch = batch_of(cu_seqlens_q, k_len);
-    a.topk = to_view(topk, "topk");
+    a.topk = to_output_view(topk, "topk");
     nb::gil_scoped_release release;
     op_.run(a, to_stream(stream));
   }
@@ -312,7 +315,7 @@ NB_MODULE(_msa, m) {
   m.def(
       "lengths_from_offsets",
       [](const ArrayArg& offsets, const ArrayArg& lengths, std::uintptr_t stream) {
-        const msa::TensorView o = to_view(offsets, "offsets"), l = to_view(lengths, "lengths");
+        const msa::TensorView o = to_view(offsets, "offsets"), l = to_output_view(lengths, "lengths");
         nb::gil_scoped_release release;
         msa::lengths_from_offsets(o, l, to_stream(stream));
       },

@@ -14,6 +14,26 @@ namespace nb = nanobind;
 
 namespace {
 
+// A DLPack dtype as the array libraries name it (int64, float64, uint8, bool, complex64, ...).
+std::string dtype_text(const nb::dlpack::dtype& t) {
+  using Code = nb::dlpack::dtype_code;
+  const char* kind = nullptr;
+  switch (static_cast<Code>(t.code)) {
+    case Code::Int: kind = "int"; break;
+    case Code::UInt: kind = "uint"; break;
+    case Code::Float: kind = "float"; break;
+    case Code::Bfloat: kind = "bfloat"; break;
+    case Code::Complex: kind = "complex"; break;
+    case Code::Bool: kind = "bool"; break;
+    default: break;
+  }
+  std::string text = kind == nullptr ? "DLPack type code " + std::to_string(t.code) + ", " : std::string(kind);
+  if (kind == nullptr || t.code != static_cast<std::uint8_t>(Code::Bool)) text += std::to_string(t.bits);
+  if (kind == nullptr) text += " bits";
+  if (t.lanes != 1) text += " x " + std::to_string(t.lanes) + " lanes";
+  return text;
+}
+
 DType dtype_of(const nb::dlpack::dtype& t, const std::string& name) {
   using Code = nb::dlpack::dtype_code;
   if (t.lanes == 1) {
@@ -23,9 +43,7 @@ DType dtype_of(const nb::dlpack::dtype& t, const std::string& name) {
     if (t.code == static_cast<std::uint8_t>(Code::Int) && t.bits == 32) return DType::kInt32;
     if (t.code == static_cast<std::uint8_t>(Code::Float8_E4M3FN) && t.bits == 8) return DType::kFP8E4M3;
   }
-  throw Error(name + ".dtype",
-              "DLPack code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " +
-                  std::to_string(t.lanes) + " lanes",
+  throw Error(name + ".dtype", dtype_text(t),
               "msa takes bfloat16, float16, float32, int32 and float8_e4m3fn (K/V caches, index tensors) tensors");
 }
 
@@ -119,6 +137,15 @@ TensorView to_view(const ArrayArg& a, const std::string& name) { return to_view(
 
 TensorView to_view(const std::optional<ArrayArg>& a, const std::string& name) {
   return a.has_value() ? to_view(a->array, name) : TensorView{};
+}
+
+TensorView to_output_view(const ArrayArg& a, const std::string& name) {
+  if (a.read_only) throw Error(name, "a read-only array", "msa writes it: pass a writable array");
+  return to_view(a.array, name);
+}
+
+TensorView to_output_view(const std::optional<ArrayArg>& a, const std::string& name) {
+  return a.has_value() ? to_output_view(*a, name) : TensorView{};
 }
 
 }  // namespace msa::python

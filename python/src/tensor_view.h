@@ -17,9 +17,12 @@ using Array = nanobind::ndarray<>;
 
 // An array argument of the operators' plan() and run(): imported as nanobind imports any
 // ndarray, except that a plain torch.Tensor is exported by torch.utils.dlpack.to_dlpack (see
-// the caster below). Holds the import until the call returns.
+// the caster below). Holds the import until the call returns. A read-only array (a NumPy array
+// with writeable=False, a broadcast view) is taken too: msa only reads its inputs, and an
+// output given one is an msa::Error (to_output_view).
 struct ArrayArg {
   Array array;
+  bool read_only = false;
 };
 
 // A capsule of a plain torch.Tensor `src` (exact type, no autograd, no negative bit), made by
@@ -33,6 +36,9 @@ TensorView to_view(const Array& a, const std::string& name);
 TensorView to_view(const ArrayArg& a, const std::string& name);
 // An absent optional argument is an absent view (rank 0).
 TensorView to_view(const std::optional<ArrayArg>& a, const std::string& name);
+// The same for an array msa writes: a read-only one is an msa::Error naming it.
+TensorView to_output_view(const ArrayArg& a, const std::string& name);
+TensorView to_output_view(const std::optional<ArrayArg>& a, const std::string& name);
 
 }  // namespace msa::python
 
@@ -52,8 +58,15 @@ struct type_caster<msa::python::ArrayArg> {
       value.array = std::move(inner.value);
       return true;
     }
-    if (!inner.from_python(src, flags, cleanup)) return false;
-    value.array = std::move(inner.value);
+    if (inner.from_python(src, flags, cleanup)) {
+      value.array = std::move(inner.value);
+      value.read_only = false;
+      return true;
+    }
+    make_caster<nanobind::ndarray<nanobind::ro>> read_only;
+    if (!read_only.from_python(src, flags, cleanup)) return false;
+    value.array = msa::python::Array(read_only.value);
+    value.read_only = true;
     return true;
   }
 };
