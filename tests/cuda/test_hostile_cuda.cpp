@@ -354,6 +354,51 @@ TEST(HostileCuda, BatchBrokenOnTheDeviceAfterPlanStaysInBounds) {
   }
 }
 
+// Requests that overlap on the device when plan() reads them (cu_seqlens_q [0, T, 0, T]: requests 0
+// and 2 both hold queries [0, T)): the device planner counts those queries twice, more edges
+// than a head has room for. Its work items stay inside the head's edges, and the block-major
+// kernel stores no row whose slot lies past the partials; results are unspecified, the run ends
+// without a CUDA error (and clean under memcheck: gpu_check.sh --sanitize). T = 2048 takes the
+// fused planner path, 8192 the general one.
+TEST(HostileCuda, RequestsOverlappingOnTheDeviceStayInBounds) {
+  MSA_SKIP_WITHOUT_GPU();
+  for (const int t : {2048, 8192}) {
+    DeviceCase c(spec_of(128, {{t, 8192}, {0, 8192}, {0, 8192}}, 43));
+    HostTensor cu(msa::DType::kInt32, {4});
+    const std::int32_t overlapping[] = {0, t, 0, t};
+    std::memcpy(cu.raw(), overlapping, sizeof overlapping);
+    c.cu.upload(cu);
+    for (const msa::PrefillPath path : {msa::PrefillPath::kBlockMajor, msa::PrefillPath::kAuto}) {
+      msa::SparsePrefill op(c.w.spec.shape, cuda_options(false, path));
+      op.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr);
+      op.run(c.a, nullptr);
+      CUDA_OK(cudaDeviceSynchronize()) << "T = " << t << ", " << msa::prefill_path_name(path);
+      CUDA_OK(cudaGetLastError());
+    }
+  }
+}
+
+// An empty device batch (B = 0: cu_seqlens_q [0], k_len and top-k with no element, their data
+// null as an empty framework tensor's may be) planned with a positive bound on k_len, as an engine
+// step without prefill tokens may be: plan() reads no k_len and run() writes nothing.
+TEST(HostileCuda, EmptyDeviceBatchWithABoundPlansAndRuns) {
+  MSA_SKIP_WITHOUT_GPU();
+  const msa::AttentionShape s{.h_q = 16, .h_kv = 2, .d = 128, .topk = 8};
+  HostTensor zero(msa::DType::kInt32, {1});
+  zero.data<std::int32_t>()[0] = 0;
+  DeviceTensor cu(zero);
+  const msa::VarlenBatch batch{cu.view, msa::TensorView::contiguous(nullptr, msa::DType::kInt32, {0},
+                                                                    msa::Device::kCuda)};
+  const msa::TensorView topk =
+      msa::TensorView::contiguous(nullptr, msa::DType::kInt32, {s.h_kv, 0, s.topk}, msa::Device::kCuda);
+  for (const msa::PrefillPath path : {msa::PrefillPath::kAuto, msa::PrefillPath::kBlockMajor}) {
+    msa::SparsePrefill op(s, cuda_options(false, path));
+    EXPECT_NO_THROW(op.plan(batch, topk, 1024, nullptr)) << msa::prefill_path_name(path);
+    CUDA_OK(cudaDeviceSynchronize()) << msa::prefill_path_name(path);
+    CUDA_OK(cudaGetLastError());
+  }
+}
+
 // Without a visible GPU (CI, or CUDA_VISIBLE_DEVICES=""): sizing works, constructing says why.
 TEST(HostileCuda, NoVisibleGpuIsNamedAndSizingStillWorks) {
   msa::AttentionShape s;

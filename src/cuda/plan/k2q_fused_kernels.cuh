@@ -349,9 +349,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
         const int first = (k - s_row_item[i]) * qpi;
         const long long w = item_carry + k;
         const int coord = s_row_coord[i];
+        const ItemSpan span = item_span(p, s_row_begin[i] + first, min(qpi, s_row_edges[i] - first));
         if (w < p.work_capacity)
-          p.work[w] = WorkItem{h,           base + i,       s_row_begin[i] + first, min(qpi, s_row_edges[i] - first),
-                               coord >> 20, coord & 0xfffff};
+          p.work[w] = WorkItem{h, base + i, span.q_begin, span.q_count, coord >> 20, coord & 0xfffff};
       }
       edge_carry += static_cast<int>(total_edges(agg));
       item_carry += chunk_items;

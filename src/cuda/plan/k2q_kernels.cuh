@@ -55,6 +55,20 @@ __device__ __forceinline__ unsigned total_items(K2qRowTotal t) { return static_c
 
 // ---- per-request geometry (inputs clamped so that nothing reads or writes out of bounds) ----
 
+// A work item's edges [q_begin, q_begin + q_count) of its head, kept inside the head's
+// edges_per_head: with a valid batch they always are; requests overlapping on the device
+// (cu_seqlens_q out of order) count queries twice, and an item past the head's edges would have
+// the block-major kernel read another head's (or another array's) words.
+struct ItemSpan {
+  int q_begin;
+  int q_count;
+};
+__device__ __forceinline__ ItemSpan item_span(const BuildParams& p, int q_begin, int q_count) {
+  const auto edges = static_cast<int>(p.edges_per_head);
+  const int begin = min(max(q_begin, 0), edges);
+  return ItemSpan{begin, max(0, min(q_count, edges - begin))};
+}
+
 __device__ __forceinline__ int request_blocks(const BuildParams& p, int b) {
   const int kl = max(p.k_len[b], 0);
   return min(kl / kBlockSize + (kl % kBlockSize != 0 ? 1 : 0), p.max_blocks);
@@ -392,6 +406,7 @@ __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(cons
   const int b = blockIdx.x / p.level_tiles;
   const int tile = blockIdx.x - b * p.level_tiles;
   const int h = blockIdx.y;
+  if (b >= p.batch) return;  // the one CTA of a launch for an empty batch (B = 0)
   const int blocks = request_blocks(p, b);
   if (tile * kLevelsPerTile >= blocks) return;  // CTA-uniform
   const int level = tile * kLevelsPerTile + lane;
@@ -492,7 +507,8 @@ __device__ __forceinline__ void finalize_item(const BuildParams& p, unsigned w) 
   const int edges = static_cast<int>(total_edges(p.row_scan[lo + 1]) - total_edges(ex));
   const int first = static_cast<int>(w - total_items(ex)) * p.q_per_item;
   const std::int32_t* coords = p.row_coords + 2 * static_cast<std::int64_t>(row);  // (b, block)
-  p.work[w] = WorkItem{h, row, row_begin + first, min(p.q_per_item, edges - first), coords[0], coords[1]};
+  const ItemSpan span = item_span(p, row_begin + first, min(p.q_per_item, edges - first));
+  p.work[w] = WorkItem{h, row, span.q_begin, span.q_count, coords[0], coords[1]};
 }
 
 __global__ void __launch_bounds__(kFinalizeThreads) k2q_finalize_kernel(const BuildParams p) {

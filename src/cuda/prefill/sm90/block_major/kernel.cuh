@@ -168,11 +168,14 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
       if (last) Barrier64::arrive(&smem.kv.v_empty[s]);
 
       // Each row goes to its edge's slot: row slot * total_q + qg of o_partial seen as
-      // [topk * total_q, h_q, d] (< 2^31, asserted at launch), and of lse_partial.
+      // [topk * total_q, h_q, d] (< 2^31, asserted at launch), and of lse_partial. A slot past
+      // the partials (a qsplit word no valid plan makes: a batch broken on the device) is not
+      // stored.
       const auto target = [&](int r) {
         const RowInfo info = facts[r];
         const int o_row = info.slot * static_cast<int>(p.attn.total_q) + info.qg;
-        return RowDest{info.qg >= 0, info.h, o_row, std::int64_t(o_row) * p.attn.h_q + info.h};
+        return RowDest{info.qg >= 0 && info.slot < p.attn.slots, info.h, o_row,
+                       std::int64_t(o_row) * p.attn.h_q + info.h};
       };
       const float no_sink[2] = {-INFINITY, -INFINITY};  // the combine applies sinks
       store_tile<Traits, false>(tma, tma.o_partial, acc_o, m_scaled, row_sum, no_sink, smem.q[buf], p.attn.lse_partial,
