@@ -27,8 +27,13 @@ _BLOCK = 128
 
 # The C++ layer's argument names, as each wrapper's caller spells them.
 _PREFILL_NAMES = {"index_q": "q", "index_k.k": "paged_k_cache", "index_k.page_table": "page_table",
-                  "index_k": "paged_k_cache", "k_len": "cu_seqlens_k", "offsets": "cu_seqlens_k", "topk": "out"}
-_DECODE_NAMES = dict(_PREFILL_NAMES, k_len="seq_lens", cu_seqlens_q="query_length")
+                  "index_k": "paged_k_cache", "k_len": "cu_seqlens_k (as lengths) k_len",
+                  "offsets": "cu_seqlens_k", "topk": "out"}
+# The decode's cache [num_pages, page_size, 128] goes in as the view [num_pages, 1, page_size, 128]:
+# the view's dims 2 and 3 are the caller's 1 and 2.
+_DECODE_NAMES = dict(_PREFILL_NAMES, k_len="seq_lens", cu_seqlens_q="query_length",
+                     **{f"index_k{k}.{what}[{i}]": f"paged_k_cache.{what}[{i - 1}]"
+                        for k in ("", ".k") for what in ("shape", "stride") for i in (2, 3)})
 
 
 def _int_arg(name: str, value, lo: int, hi: int) -> int:

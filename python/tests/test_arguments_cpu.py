@@ -135,3 +135,25 @@ def test_a_dtype_msa_does_not_take_is_named_as_libraries_name_it():
     assert e.value == "bool", str(e)
     e = expect_error("topk_indices.dtype", plan, w, c, topk=c["topk"].astype(np.int64))
     assert e.value == "int64", str(e)
+
+
+def test_indexer_wrappers_name_the_callers_dims_and_lengths():
+    q, _, cache, table, cu_q, cu_k = prefill_case(11)
+    d = msa.BatchDecodeIndexerWithPagedKVCacheWrapper()
+    lens = np.array([300, 200], np.int32)
+    d.plan(table[:2], lens, num_index_heads=4, query_length=2)
+    rows = q[:4].reshape(2, 2, 4, 128)
+    flat = cache[:, 0]  # [num_pages, page_size, 128]
+    assert d.run(rows, flat).shape == (4, 4, 16)
+    expect_error("paged_k_cache.shape[1]", d.run, rows, flat[:, :48])  # 48-token pages
+    expect_error("paged_k_cache.shape[2]", d.run, rows, np.ascontiguousarray(flat[:, :, :64]))
+    # A length from cu_seqlens_k is named as one, not as the offset of the same index.
+    w = msa.BatchPrefillIndexerWithPagedKVCacheWrapper()
+    prefill_plan(w, cu_q, cu_k, table, 4)
+    bad = cu_k.copy()
+    bad[1] = bad[0] - 5
+    w._cu_seqlens_k[:] = bad  # lengths changed in place, as replan() allows
+    w.replan()
+    e = expect_error("cu_seqlens_k (as lengths) k_len[0]", w.run, q, cache)
+    assert e.value == "-5", str(e)
+
