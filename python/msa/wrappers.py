@@ -62,6 +62,13 @@ def _optional_arrays(**arrays) -> None:
             _dlpack_arg(name, value)
 
 
+def _int32_arg(**arrays) -> None:
+    """Index arrays plan() keeps for run() are int32: said at plan(), from their metadata."""
+    for name, a in arrays.items():
+        if a is not None and dtype_name(a.dtype) != "int32":
+            raise error(f"{name}.dtype", dtype_name(a.dtype), "must be int32")
+
+
 def _scale_arg(sm_scale) -> float:
     return 0.0 if sm_scale is None else scale_arg("sm_scale", sm_scale, allow_zero=False)
 
@@ -223,6 +230,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
         _dlpack_arg("cu_seqlens_k", cu_seqlens_k)
         if page_table is not None:
             _dlpack_arg("page_table", page_table)
+        _int32_arg(topk_indices=topk_indices, page_table=page_table)
         if causal is not True:
             raise error("causal", causal, "MSA sparse attention is bottom-right causal; only causal=True exists")
         if len(topk_indices.shape) != 3:
@@ -370,6 +378,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_Wrapper):
             _dlpack_arg("cu_seqlens_k", cu_seqlens_k)
         if len(seq_lens.shape) != 1:
             raise error("seq_lens.ndim", len(seq_lens.shape), "must be 1: [B]")
+        _int32_arg(seq_lens=seq_lens, page_table=page_table, cu_seqlens_k=cu_seqlens_k)
         batch = int(seq_lens.shape[0])
         q_len = _int_arg("q_len_per_request", q_len_per_request, 1)
         h_q = _int_arg("num_q_heads", num_q_heads, 1)

@@ -157,3 +157,13 @@ def test_indexer_wrappers_name_the_callers_dims_and_lengths():
     e = expect_error("cu_seqlens_k (as lengths) k_len[0]", w.run, q, cache)
     assert e.value == "-5", str(e)
 
+
+def test_index_arrays_kept_for_run_are_checked_at_plan():
+    c = make_case()
+    w = msa.BatchPrefillWithPagedKVCacheWrapper()
+    table = np.zeros((3, 4), np.int64)
+    expect_error("page_table.dtype", plan, w, c, page_table=table)
+    d = msa.BatchDecodeWithPagedKVCacheWrapper()
+    expect_error("seq_lens.dtype", d.plan, np.array([300], np.int64), np.zeros((1, 3), np.int32), max_seqlen_k=300)
+    expect_error("page_table.dtype", d.plan, np.array([300], np.int32), np.zeros((1, 3), np.int64), max_seqlen_k=300)
+
