@@ -9,6 +9,20 @@ from . import _msa
 from ._arrays import INT64_MAX, int_arg, on_device_of, raise_explained, stream_of
 
 
+def _index_run(op, index_q, index_k, output, cu_seqlens_q, k_len, page_table, cu_seqlens_k, stream) -> None:
+    """op.run() of Indexer and IndexerTopK, which read the same arrays; output = (name, array) of
+    what the call writes."""
+    name, out = output
+    try:
+        with on_device_of(index_q):
+            op.run(index_q, index_k, out, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
+                   stream_of(stream, index_q, out))
+    except TypeError:
+        raise_explained(arrays={"index_q": index_q, "index_k": index_k, name: out, "cu_seqlens_q": cu_seqlens_q,
+                                "k_len": k_len, "page_table": page_table, "cu_seqlens_k": cu_seqlens_k})
+        raise
+
+
 class Indexer:
     """msa::Indexer over DLPack arrays (NumPy on the CPU), never copied.
 
@@ -41,14 +55,8 @@ class Indexer:
         ``page_table``, or flat ``[total_k, 1, d]`` with ``cu_seqlens_k``. Queries and keys share a
         dtype: bf16, fp16 or ``float8_e4m3fn`` (MSA's q8kv8: the E4M3 values as they are, no
         descale; on the GPU e4m3 tensor-core products, docs/numerics.md)."""
-        try:
-            with on_device_of(index_q):
-                self._op.run(index_q, index_k, scores, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
-                             stream_of(stream, index_q, scores))
-        except TypeError:
-            raise_explained(arrays=dict(index_q=index_q, index_k=index_k, scores=scores, cu_seqlens_q=cu_seqlens_q,
-                                        k_len=k_len, page_table=page_table, cu_seqlens_k=cu_seqlens_k))
-            raise
+        _index_run(self._op, index_q, index_k, ("scores", scores), cu_seqlens_q, k_len, page_table, cu_seqlens_k,
+                   stream)
 
 
 class TopK:
@@ -131,11 +139,4 @@ class IndexerTopK:
         ``[total_q, h_i, topk]`` tensor takes the query-major layout) from ``index_q [total_q, h_i,
         d]`` and the index-K cache, as :meth:`Indexer.run` reads them; the planned batch and
         ``total_q``."""
-        try:
-            with on_device_of(index_q):
-                self._op.run(index_q, index_k, topk, cu_seqlens_q, k_len, page_table, cu_seqlens_k,
-                             stream_of(stream, index_q, topk))
-        except TypeError:
-            raise_explained(arrays=dict(index_q=index_q, index_k=index_k, topk=topk, cu_seqlens_q=cu_seqlens_q,
-                                        k_len=k_len, page_table=page_table, cu_seqlens_k=cu_seqlens_k))
-            raise
+        _index_run(self._op, index_q, index_k, ("topk", topk), cu_seqlens_q, k_len, page_table, cu_seqlens_k, stream)
