@@ -43,7 +43,7 @@ def scale_arg(name: str, value, allow_zero: bool) -> float:
     """A softmax scale as the C++ layer takes it (fp32; 0 means 1 / sqrt(d) there): finite and
     > 0 once rounded to fp32, or 0 where allowed."""
     try:
-        number = float(value) if not isinstance(value, bool) else None
+        number = float(value) if not isinstance(value, (bool, str, bytes)) else None
         single = struct.unpack("f", struct.pack("f", number))[0] if number is not None else None
     except (TypeError, ValueError, OverflowError):
         single = None

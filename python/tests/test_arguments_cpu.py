@@ -110,7 +110,7 @@ def test_a_rejected_out_leaves_the_kept_scores_alone():
     assert np.array_equal(w.scores, kept, equal_nan=True)
 
 
-@pytest.mark.parametrize("scale", [1e-50, 1e39, float("nan"), -1.0, 0.0])
+@pytest.mark.parametrize("scale", [1e-50, 1e39, float("nan"), -1.0, 0.0, "0.1"])
 def test_a_scale_fp32_cannot_hold_is_refused(scale):
     c = make_case()
     expect_error("sm_scale", plan, msa.BatchPrefillWithPagedKVCacheWrapper(), c, sm_scale=scale)
