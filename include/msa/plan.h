@@ -16,7 +16,8 @@ struct WorkItem {
   std::int32_t kv_head;
   std::int32_t row;      // CSR row (level-major, request-minor)
   std::int32_t q_begin;  // first edge, index into q_indices[kv_head, :]
-  std::int32_t q_count;  // 1..q_per_item
+  std::int32_t q_count;  // 1..q_per_item (0 only in a device plan of a batch that breaks the
+                         // contract: its items are kept inside the head's edges, docs/numerics.md)
   std::int32_t b;        // request
   std::int32_t block;    // request-local KV block
   friend bool operator==(const WorkItem&, const WorkItem&) = default;
