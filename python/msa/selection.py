@@ -9,6 +9,16 @@ from . import _msa
 from ._arrays import INT64_MAX, int_arg, on_device_of, raise_explained, stream_of
 
 
+def _batch_plan(op, cu_seqlens_q, k_len, stream) -> None:
+    """op.plan() of Indexer and TopK: the batch alone."""
+    try:
+        with on_device_of(cu_seqlens_q):
+            op.plan(cu_seqlens_q, k_len, stream_of(stream))
+    except TypeError:
+        raise_explained(arrays=dict(cu_seqlens_q=cu_seqlens_q, k_len=k_len))
+        raise
+
+
 def _index_run(op, index_q, index_k, output, cu_seqlens_q, k_len, page_table, cu_seqlens_k, stream) -> None:
     """op.run() of Indexer and IndexerTopK, which read the same arrays; output = (name, array) of
     what the call writes."""
@@ -39,12 +49,7 @@ class Indexer:
 
     def plan(self, cu_seqlens_q, k_len, *, stream=None) -> None:
         """The batch the next runs score: ``cu_seqlens_q [B + 1]`` and ``k_len [B]`` int32."""
-        try:
-            with on_device_of(cu_seqlens_q):
-                self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
-        except TypeError:
-            raise_explained(arrays=dict(cu_seqlens_q=cu_seqlens_q, k_len=k_len))
-            raise
+        _batch_plan(self._op, cu_seqlens_q, k_len, stream)
 
     def run(self, index_q, index_k, scores, cu_seqlens_q, k_len, *, page_table=None, cu_seqlens_k=None,
             stream=None) -> None:
@@ -79,12 +84,7 @@ class TopK:
 
     def plan(self, cu_seqlens_q, k_len, *, stream=None) -> None:
         """The batch the next runs select for: ``cu_seqlens_q [B + 1]`` and ``k_len [B]`` int32."""
-        try:
-            with on_device_of(cu_seqlens_q):
-                self._op.plan(cu_seqlens_q, k_len, stream_of(stream))
-        except TypeError:
-            raise_explained(arrays=dict(cu_seqlens_q=cu_seqlens_q, k_len=k_len))
-            raise
+        _batch_plan(self._op, cu_seqlens_q, k_len, stream)
 
     def run(self, scores, topk, cu_seqlens_q, k_len, *, stream=None) -> None:
         """From ``scores [h, total_q, cols]`` fp32 writes ``topk [h, total_q, topk]`` int32 (the
