@@ -21,7 +21,6 @@
 #include "bench/compare.h"
 #include "bench/workload.h"
 #include "cpu/reference.h"
-#include "cuda/api/decode_params.h"
 #include "cuda/instances.h"
 #include "msa/msa.h"
 #include "tests/support/cuda_cases.h"
@@ -366,79 +365,6 @@ TEST(DecodeCudaApi, CallerWorkspaceAndCpuTwinAgree) {
     ADD_FAILURE() << "a run with B = 3 after plan(B = 2) was accepted";
   } catch (const msa::Error& e) {
     EXPECT_EQ(e.argument(), "seq_len.shape[0]");
-  }
-}
-
-// A split step's small pairs are merged by their last split in the kernel, counting arrivals in
-// the operator's own memory, not in the workspace: steps run back to back over a caller
-// workspace that something else overwrites between them (0xff, as another operator sharing it
-// would) give the reference's answer, bit for bit the same every step. Q = 1 at B = 1 (16 rows
-// of 16 slots a pair: merged in the kernel), with sinks, and Q = 8 at B = 2 (128 rows of 16
-// slots, past kDecodeMergeMaxBytes: merged by the combine).
-TEST(DecodeCudaApi, SplitStepsRepeatBitwiseOverAnOverwrittenWorkspace) {
-  MSA_SKIP_WITHOUT_GPU();
-  Case q1 = make_case("q1_split", 64, 4, 16, 128, 1, {9000}, Selection::kRandom, 31);
-  q1.spec.sinks = true;
-  const Case q8 = make_case("q8_split", 64, 4, 16, 64, 8, {20000, 3000}, Selection::kRandom, 32);
-  for (const Case& c : {q1, q8}) {
-    const auto& s = c.spec.shape;
-    const Workload w = msa::bench::make_workload(c.spec);
-    const Reference ref = reference(w);
-    HostTensor out(c.spec.dtype, {w.total_q, s.h_q, s.d}), lse(msa::DType::kFP32, {w.total_q, s.h_q});
-    DeviceDecode d(c, w, msa::bench::query_major_topk(w.topk), out, lse);
-    msa::Options o;
-    o.backend = msa::Backend::kCuda;
-    const auto batch = static_cast<std::int64_t>(c.spec.requests.size());
-    const std::size_t bytes =
-        msa::SparseDecode::workspace_bytes(s, {.batch = batch, .total_q = w.total_q, .max_k_len = max_len(c)}, o);
-    ASSERT_GT(bytes, 0u) << c.name << ": not a split step";
-    msa::test::DeviceBuffer ws(bytes);
-    msa::SparseDecode op(s, o);
-    op.set_workspace(ws.get(), bytes);
-    cudaStream_t stream;
-    CUDA_OK(cudaStreamCreate(&stream));
-    op.plan(batch, c.q, max_len(c), stream);
-    HostTensor first_out(c.spec.dtype, {w.total_q, s.h_q, s.d}), first_lse(msa::DType::kFP32, {w.total_q, s.h_q});
-    for (int step = 0; step < 40; ++step) {
-      CUDA_OK(cudaMemsetAsync(ws.get(), 0xff, bytes, stream));
-      CUDA_OK(cudaMemsetAsync(d.out.ptr, 0xff, out.bytes(), stream));
-      CUDA_OK(cudaMemsetAsync(d.lse.ptr, 0xff, lse.bytes(), stream));
-      op.run(d.args, stream);
-      CUDA_OK(cudaStreamSynchronize(stream));
-      d.out.download(step == 0 ? first_out : out);
-      d.lse.download(step == 0 ? first_lse : lse);
-      if (step == 0) {
-        expect_matches(first_out, first_lse, ref, c.name);
-        continue;
-      }
-      ASSERT_EQ(std::memcmp(out.raw(), first_out.raw(), out.bytes()), 0) << c.name << ": step " << step << " differs";
-      ASSERT_EQ(std::memcmp(lse.raw(), first_lse.raw(), lse.bytes()), 0) << c.name << ": step " << step << " lse";
-    }
-    cudaStreamDestroy(stream);
-  }
-}
-
-// Sizes only (no GPU needed): which split steps the kernel merges itself (a pair's slots within
-// kDecodeMergeMaxBytes) and which the combine merges; unsplit steps need neither.
-TEST(DecodeCudaApi, SmallSplitPairsAreMergedInTheKernel) {
-  const msa::AttentionShape s{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
-  const auto geo = [&](std::int64_t b, int q, std::int64_t len) { return msa::cuda::decode_geometry(s, b, q, len); };
-  const auto one = geo(1, 1, 9000);  // 16 rows of 16 slots: 66,560 bytes a pair
-  EXPECT_EQ(one.splits, 16);
-  EXPECT_TRUE(one.merge_in_kernel);
-  const auto q8 = geo(2, 8, 20000);  // 128 rows of 16 slots: 532,480 bytes
-  EXPECT_GT(q8.splits, 1);
-  EXPECT_FALSE(q8.merge_in_kernel);
-  const auto full = geo(128, 8, 100000);  // 128 pairs fill the GPU: unsplit
-  EXPECT_EQ(full.splits, 1);
-  EXPECT_FALSE(full.merge_in_kernel);
-  for (const std::int64_t b : {1, 2, 3, 4, 8, 16}) {
-    for (const int q : {1, 2, 4, 8, 16}) {
-      const auto g = geo(b, q, 50000);
-      const std::int64_t bytes =
-          std::min<std::int64_t>(g.q_per_tile, g.total_q) * s.group() * g.splits * (2 * s.d + 4);
-      EXPECT_EQ(g.merge_in_kernel, g.splits > 1 && bytes <= msa::cuda::kDecodeMergeMaxBytes) << b << " x " << q;
-    }
   }
 }
 

@@ -1,10 +1,8 @@
 // The CUDA sparse decode operator (spec §4): plan() fixes the geometry and carves the workspace
 // from host-known sizes (B, Q, a bound on seq_len), launching nothing; run() validates the
 // metadata, then launches the tile-union kernel over the (KV head, query tile) pairs. When the
-// pairs alone would leave SMs idle, each is split over its union, and the last split of a pair
-// merges the pair's partials in the kernel (pairs of at most kDecodeMergeMaxBytes of partials)
-// or the combine does after it (programmatic dependent launch); otherwise each tile writes out
-// and lse itself.
+// pairs alone would leave SMs idle, each is split over its union and the combine merges the
+// splits (programmatic dependent launch); otherwise the kernel writes out and lse itself.
 // seq_len, top-k, the page table and sinks are read on the device only, so one captured run()
 // replays step after step with new contents in the same buffers.
 #include <cuda_runtime.h>
@@ -76,11 +74,11 @@ class DecodeCuda final : public SparseDecode::Impl {
     const prefill_sm90::AttentionParams attn = decode_attention_params(shape, args, geo_, ws_);
     // Building the TMA descriptors is the last thing that may throw, before any launch.
     const prefill_sm90::PrefillTma tma = prefill_sm90::make_prefill_tma(attn, args.q.dtype, args.kv.k.dtype, shape.d);
-    const prefill_sm90::TileUnionParams p = decode_tile_union_params(attn, args, geo_, arrivals_.data());
     const DType q_dtype = args.q.dtype;
     dispatch_decode(q_dtype, args.kv.k.dtype, shape.d, [&]<DType kKvDtype, int kHeadDim>() {
-      launch_tile_union<kKvDtype, kHeadDim, TileUnionUse::kDecode>(p, tma, sm_count_, stream);
-      if (geo_.splits == 1 || geo_.merge_in_kernel) return;  // the kernel wrote out and lse itself
+      launch_tile_union<kKvDtype, kHeadDim, TileUnionUse::kDecode>(decode_tile_union_params(attn, args, geo_), tma,
+                                                                   sm_count_, stream);
+      if (geo_.splits == 1) return;  // the kernel wrote out and lse itself
       // The partials are in q's dtype (bf16 with FP8 K/V).
       const CombineParams c = decode_combine_params(shape, args, geo_, ws_);
       dispatch_combine(q_dtype, kHeadDim, [&]<DType kDtype, int kD>() { launch_combine<kDtype, kD>(c, stream, true); });
@@ -106,8 +104,7 @@ class DecodeCuda final : public SparseDecode::Impl {
                 "beyond the planned max_seq_len = " + std::to_string(max_seq_len_));
   }
 
-  DeviceScratch scratch_;         // the caller's workspace or this object's, grown by plan()
-  DecodeSplitArrivals arrivals_;  // a split plan's arrival counts, this object's own
+  DeviceScratch scratch_;  // the caller's workspace or this object's, grown by plan()
   bool planned_ = false;
   DecodeGeometry geo_{};
   DecodeWorkspace ws_{};

@@ -1,7 +1,5 @@
 #include "cuda/api/decode_params.h"
 
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -9,7 +7,6 @@
 #include "core/check.h"
 #include "core/plan_encoding.h"
 #include "cuda/api/prefill_params.h"
-#include "cuda/common/check.h"
 #include "cuda/common/workspace.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 
@@ -63,10 +60,6 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
                   std::to_string(g.q_per_tile) + ") must be < 2^30");
   MSA_REQUIRE(std::int64_t(g.splits) * g.total_q <= INT32_MAX, "batch", std::to_string(batch),
               "the CUDA sparse decode needs splits * B * Q < 2^31 (32-bit TMA coordinates)");
-  // The largest pair's slots: its rows (the queries of a tile, at most total_q) x splits.
-  const std::int64_t pair_bytes = std::min<std::int64_t>(g.q_per_tile, g.total_q) * shape.group() * g.splits *
-                                  (std::int64_t(shape.d) * 2 + 4);
-  g.merge_in_kernel = g.splits > 1 && pair_bytes <= kDecodeMergeMaxBytes;
   return g;
 }
 
@@ -109,9 +102,7 @@ prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shap
   p.o_partial = w.o_partial;
   p.lse_partial = w.lse_partial;
   p.slots = g.splits;
-  // The kernel writes out and lse (sinks applied): an unsplit tile its rows, a split pair's last
-  // split the merged rows (TileUnionParams::split_arrivals). Otherwise the combine does.
-  if (g.splits == 1 || g.merge_in_kernel) {
+  if (g.splits == 1) {  // the rows are final: out and lse written by the kernel, sinks applied
     p.out = a.out.data;
     p.stride_out_token = a.out.stride[0];
     p.stride_out_head = a.out.stride[1];
@@ -127,8 +118,8 @@ prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shap
   return p;
 }
 
-prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn, const DecodeArgs& a,
-                                                       const DecodeGeometry& g, std::int32_t* split_arrivals) {
+prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn,
+                                                       const DecodeArgs& a, const DecodeGeometry& g) {
   prefill_sm90::TileUnionParams u{};
   u.attn = attn;
   u.topk = a.topk.ptr<const std::int32_t>();
@@ -142,7 +133,6 @@ prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::Atten
   u.direct = g.splits == 1;
   u.tiles = g.pairs * g.splits;
   u.group_heads = attn.h_kv;  // tile_of_rank's order (the decode's instances keep it anyway)
-  u.split_arrivals = g.merge_in_kernel ? split_arrivals : nullptr;
   return u;
 }
 
@@ -164,18 +154,6 @@ CombineParams decode_combine_params(const AttentionShape& shape, const DecodeArg
   c.uniform_count = g.splits;
   c.out_fp16 = a.out.dtype == DType::kFP16;
   return c;
-}
-
-DecodeSplitArrivals::DecodeSplitArrivals() {
-  constexpr std::size_t kBytes = kDecodeCtaTarget * sizeof(std::int32_t);
-  MSA_CUDA_CHECK(cudaMalloc(&counts_, kBytes));
-  // Zero before any stream the caller runs on can use them: the legacy stream, waited for.
-  MSA_CUDA_CHECK(cudaMemsetAsync(counts_, 0, kBytes, cudaStreamLegacy));
-  MSA_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
-}
-
-DecodeSplitArrivals::~DecodeSplitArrivals() {
-  if (counts_ != nullptr) (void)cudaFree(counts_);
 }
 
 }  // namespace msa::cuda

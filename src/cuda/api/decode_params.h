@@ -4,9 +4,8 @@
 // through TileUnionParams::q_per_request; k_len = seq_len), so each (KV head, query tile) pair
 // loads the union of its queries' blocks once for all their Q x G rows. When the pairs alone
 // would leave SMs idle, each pair runs as `splits` tiles over parts of its union (split-KV), and
-// the last split of a pair to finish merges the pair's partials in the kernel, or, for pairs of
-// more than kDecodeMergeMaxBytes of partials, the combine does; with one split the tiles write
-// out and lse directly (no partials).
+// the combine merges the splits' partials; with one split the kernel writes out and lse itself
+// (no partials, no combine).
 #pragma once
 
 #include <cstddef>
@@ -30,12 +29,6 @@ inline constexpr int kDecodeMaxSplits = 16;
 // device's count, so that the split (and so the summation order) is the same on every device:
 // results are bitwise identical across GPUs, and workspace_bytes() needs no GPU.
 inline constexpr int kDecodeCtaTarget = 132;
-// A split pair's last split merges the pair's slots itself (one launch a step) when they hold at
-// most this many bytes (rows x splits x (d 16-bit values + an fp32 LSE)): it reads them through
-// one SM, where the combine spreads them over the GPU. Larger pairs (Q = 8 at B <= 2: 128 rows of
-// 16 slots, 532 KB) keep the combine. A first bound, from step 39's costs (the combine's 2.3-4 us
-// against about 1 us per 128 KB through one SM), to be measured (docs/performance.md, step 50).
-inline constexpr std::int64_t kDecodeMergeMaxBytes = 128 * 1024;
 
 struct DecodeGeometry {
   std::int64_t batch = 0;    // B
@@ -45,8 +38,6 @@ struct DecodeGeometry {
                              // such tiles split less (decode_geometry)
   std::int64_t pairs = 0;    // h_kv * ceil(total_q / q_per_tile)
   int splits = 1;            // tiles per pair, 1..kDecodeMaxSplits
-  bool merge_in_kernel = false;  // splits > 1 and a pair's slots within kDecodeMergeMaxBytes: the
-                                 // last split merges them (else the combine)
 };
 
 // From host-known sizes only (plan()): B, Q and a bound on seq_len. msa::Error on sizes the CUDA
@@ -68,28 +59,10 @@ void check_cuda_decode(const DecodeArgs& a);
 
 prefill_sm90::AttentionParams decode_attention_params(const AttentionShape& shape, const DecodeArgs& a,
                                                       const DecodeGeometry& g, const DecodeWorkspace& w);
-// split_arrivals: [pairs] counts, all 0 (DecodeSplitArrivals), used when g.merge_in_kernel.
-prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn, const DecodeArgs& a,
-                                                       const DecodeGeometry& g, std::int32_t* split_arrivals);
-// The merge of every row's `splits` partials by the combine (a split plan without merge_in_kernel).
+prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::AttentionParams& attn,
+                                                       const DecodeArgs& a, const DecodeGeometry& g);
+// The merge of every row's `splits` partials (null split counts: all rows have all slots).
 CombineParams decode_combine_params(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g,
                                     const DecodeWorkspace& w);
-
-// The split pairs' arrival counts (TileUnionParams::split_arrivals): kDecodeCtaTarget int32, the
-// operator's own memory rather than the workspace, because they must be 0 before every run
-// (each run leaves them 0) and a caller may share its workspace with other operators. Allocated
-// and zeroed when the operator is made, so that plan() still launches nothing and can be
-// captured (a split plan has at most kDecodeCtaTarget / 2 pairs).
-class DecodeSplitArrivals {
- public:
-  DecodeSplitArrivals();
-  ~DecodeSplitArrivals();
-  DecodeSplitArrivals(const DecodeSplitArrivals&) = delete;
-  DecodeSplitArrivals& operator=(const DecodeSplitArrivals&) = delete;
-  std::int32_t* data() const { return counts_; }
-
- private:
-  std::int32_t* counts_ = nullptr;
-};
 
 }  // namespace msa::cuda

@@ -1,10 +1,14 @@
-// Combine kernel (spec §3): merge_row (merge.cuh) by a lane group per row, over every row or
-// over the rows of the pairs a list names.
+// Combine kernel (spec §3). A group of d / 8 lanes owns one (query, head) row: each lane holds
+// 8 consecutive channels (one 16-byte load per slot) and the LSEs of slots sub, sub + d/8, ...
+// (topk <= 32 fits in 32 / (d/8) registers). The slot sums run in ascending order in every
+// lane, so the result is bitwise reproducible and independent of the launch shape.
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
-#include "cuda/combine/merge.cuh"
 #include "cuda/combine/params.h"
 #include "cuda/common/ptx.cuh"
 #include "msa/tensor.h"
@@ -12,14 +16,143 @@
 namespace msa::cuda::combine {
 
 constexpr int kThreads = 256;
+constexpr int kSlotsInFlight = 8;  // partial loads issued before their FMAs
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Register i of a lane-distributed array, with i a runtime value (selects, no local memory).
+template <int kN>
+__device__ __forceinline__ float pick(const float (&v)[kN], int i) {
+  float r = 0.f;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) r = (i == k) ? v[k] : r;
+  return r;
+}
+
+// acc += c * (8 partial values of the instance's dtype in v).
+template <DType kDtype>
+__device__ __forceinline__ void accumulate_x8(float (&acc)[8], const uint4& v, float c) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float lo, hi;
+    if constexpr (kDtype == DType::kBF16) {
+      lo = __uint_as_float(w[k] << 16);
+      hi = __uint_as_float(w[k] & 0xffff0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+      lo = f.x;
+      hi = f.y;
+    }
+    acc[2 * k] = fmaf(c, lo, acc[2 * k]);
+    acc[2 * k + 1] = fmaf(c, hi, acc[2 * k + 1]);
+  }
+}
+
+__device__ __forceinline__ unsigned pack2(float lo, float hi, bool fp16) {
+  if (fp16) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+  }
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+
 template <int kD>
-inline constexpr int kRowsPerCta = kThreads / Lanes<kD>::kPerRow;  // lane groups of a CTA
+struct Lanes {
+  static constexpr int kPerRow = kD / 8;      // lanes per row
+  static constexpr int kRegs = 32 / kPerRow;  // LSE registers per lane (covers 32 slots)
+  static constexpr int kRowsPerCta = kThreads / kPerRow;
+  static_assert(kD % 8 == 0 && kPerRow >= 1 && kPerRow <= 32 && (kPerRow & (kPerRow - 1)) == 0);
+};
+
+// Merges row (q, h), row = q * h_q + h; called by its whole lane group (lane sub of it).
+template <DType kDtype, int kD>
+__device__ __forceinline__ void merge_row(const CombineParams& p, std::int64_t q, int h, int sub, unsigned group_mask) {
+  constexpr int kLanes = Lanes<kD>::kPerRow;
+  constexpr int kRegs = Lanes<kD>::kRegs;
+  const std::int64_t rows = p.total_q * p.h_q;
+  const std::int64_t row = q * p.h_q + h;
+  const int h_kv = p.h_q / p.group;
+  const int n = p.split_counts == nullptr ? p.uniform_count
+                                          : min(max(p.split_counts[q * h_kv + h / p.group], 0), p.topk);
+  const float neg_inf = -__int_as_float(0x7f800000);
+  // A sink that is not finite is ignored (docs/numerics.md), as on the CPU.
+  const float sink_in = p.sinks != nullptr ? p.sinks[h] : neg_inf;
+  const bool has_sink = isfinite(sink_in);
+  const float sink = has_sink ? sink_in : neg_inf;
+
+  // The slots' LSEs and the first kSlotsInFlight partials are loaded together (the partials do
+  // not depend on the weights), so a merge of up to kSlotsInFlight slots waits for one memory
+  // round trip, not two.
+  float lse_s[kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) {
+    const int s = sub + i * kLanes;
+    lse_s[i] = s < n ? p.lse_partial[s * rows + row] : neg_inf;
+  }
+  const std::int64_t slot_stride = rows * kD;  // elements between slots
+  const auto* g_o = static_cast<const std::uint16_t*>(p.o_partial) + row * kD + sub * 8;
+  uint4 v[kSlotsInFlight];
+  const auto load_slots = [&](int s0) {
+#pragma unroll
+    for (int k = 0; k < kSlotsInFlight; ++k)
+      v[k] = s0 + k < n ? *reinterpret_cast<const uint4*>(g_o + (s0 + k) * slot_stride) : make_uint4(0, 0, 0, 0);
+  };
+  load_slots(0);
+
+  // m = max(lse_s, sink): exact, so the butterfly order does not matter; NaN LSEs are skipped
+  // by fmaxf and poison Z below instead.
+  float m = sink;
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) m = fmaxf(m, lse_s[i]);
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(group_mask, m, offset, kLanes));
+
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  float lse_out = neg_inf;
+  if (isfinite(m)) {
+    float w[kRegs];
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) w[i] = expf(lse_s[i] - m);  // -inf slots give 0
+    // The sink term first, then the slots in ascending order (the CPU reference's order).
+    float z = has_sink ? expf(sink - m) : 0.f;
+    for (int s = 0; s < n; ++s) z += __shfl_sync(group_mask, pick(w, s / kLanes), s & (kLanes - 1), kLanes);
+    if (z > 0.f && isfinite(z)) {
+      lse_out = m + logf(z);
+      float c[kRegs];
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) c[i] = w[i] / z;
+      for (int s0 = 0; s0 < n; s0 += kSlotsInFlight) {
+        if (s0 > 0) load_slots(s0);
+        float cs[kSlotsInFlight];
+#pragma unroll
+        for (int k = 0; k < kSlotsInFlight; ++k) {
+          const int s = s0 + k;
+          cs[k] = __shfl_sync(group_mask, pick(c, s / kLanes), s & (kLanes - 1), kLanes);
+        }
+        // A slot with no mass is skipped: whatever its partial holds stays out of the sum.
+#pragma unroll
+        for (int k = 0; k < kSlotsInFlight; ++k)
+          if (cs[k] != 0.f) accumulate_x8<kDtype>(acc, v[k], cs[k]);
+      }
+    }
+  }
+
+  uint4 packed;
+  packed.x = pack2(acc[0], acc[1], p.out_fp16);
+  packed.y = pack2(acc[2], acc[3], p.out_fp16);
+  packed.z = pack2(acc[4], acc[5], p.out_fp16);
+  packed.w = pack2(acc[6], acc[7], p.out_fp16);
+  auto* g_out = static_cast<std::uint16_t*>(p.out) + q * p.stride_out_token + h * p.stride_out_head + sub * 8;
+  *reinterpret_cast<uint4*>(g_out) = packed;
+  if (p.lse != nullptr && sub == 0) p.lse[row] = lse_out;
+}
 
 // Three CTAs per SM (80 registers): without the bound ptxas takes 97-115 and fits two.
 template <DType kDtype, int kD>
 __global__ void __launch_bounds__(kThreads, 3) combine_kernel(const CombineParams p) {
   constexpr int kLanes = Lanes<kD>::kPerRow;
-  constexpr int kRows = kRowsPerCta<kD>;
+  constexpr int kRowsPerCta = Lanes<kD>::kRowsPerCta;
   const int lane = threadIdx.x & 31;
   const int sub = lane & (kLanes - 1);
   const int group_in_cta = static_cast<int>(threadIdx.x) / kLanes;
@@ -28,14 +161,14 @@ __global__ void __launch_bounds__(kThreads, 3) combine_kernel(const CombineParam
   // Partials come from the previous kernel on the stream (programmatic dependent launch).
   wait_for_previous_grid();
   if (p.tile_list == nullptr) {  // a lane group per row, every row
-    const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRows + group_in_cta;
+    const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerCta + group_in_cta;
     if (row >= p.total_q * p.h_q) return;  // whole lane groups leave together
     const std::int64_t q = row / p.h_q;
     merge_row<kDtype, kD>(p, q, static_cast<int>(row - q * p.h_q), sub, group_mask);
     return;
   }
   // The listed pairs' rows: CTA i takes the pair at position i of the list (past the count it
-  // leaves at once), kRows of its rows r at a time (query r / group of its tile, head
+  // leaves at once), kRowsPerCta of its rows r at a time (query r / group of its tile, head
   // r % group of its KV head's group). Whole lane groups leave together. (Pairs are fewer than
   // 2^30: 32-bit indices.)
   const int pairs = (p.h_q / p.group) * static_cast<int>(p.tiles_per_head);
@@ -47,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 3) combine_kernel(const CombineParam
   const int q0 = (pair - kv_head * static_cast<int>(p.tiles_per_head)) * p.q_per_tile;  // < total_q
   const int pair_rows = p.q_per_tile * p.group;
 #pragma unroll 1
-  for (int r = group_in_cta; r < pair_rows; r += kRows) {
+  for (int r = group_in_cta; r < pair_rows; r += kRowsPerCta) {
     const int lq = r / p.group;
     if (lq >= p.total_q - q0) return;  // rows go up with r
     merge_row<kDtype, kD>(p, std::int64_t(q0) + lq, kv_head * p.group + r % p.group, sub, group_mask);

@@ -32,7 +32,7 @@ void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmat
     return true;
   }();
   (void)configured;
-  constexpr int kRowsPerCta = combine::kRowsPerCta<kHeadDim>;
+  constexpr int kRowsPerCta = combine::Lanes<kHeadDim>::kRowsPerCta;
   // Every row: a CTA per kRowsPerCta rows. Listed pairs: a CTA per pair that could be listed;
   // those past the count leave at once (a persistent grid balanced the rows' unequal slot
   // counts worse: docs/performance.md, step 45).

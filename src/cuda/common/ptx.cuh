@@ -14,16 +14,6 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// bar.red.or: a named barrier that also returns whether any of its threads passed `pred`.
-__device__ __forceinline__ bool named_barrier_or(int id, int threads, bool pred) {
-  std::uint32_t any;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(any)
-      : "r"(static_cast<std::uint32_t>(pred)), "r"(id), "r"(threads)
-      : "memory");
-  return any != 0;
-}
 
 // 2^x with ex2.approx (exp2(-inf) = +0, which the masking relies on).
 __device__ __forceinline__ float fast_exp2(float x) {

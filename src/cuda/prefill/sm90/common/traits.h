@@ -52,9 +52,6 @@ struct Traits {
   static constexpr bool kSkipBlocks = false;
   // Tile-union tiles of up to 128 queries (the prefill's wide instance, WideTiles below).
   static constexpr bool kWideTiles = false;
-  // A split tile-union pair's last split to finish merges the pair's partials into out / lse
-  // (TileUnionParams::split_arrivals; the decode's instances, SkipBlocks below).
-  static constexpr bool kMergeSplits = false;
   using Element = typename ElementOf<kDtype>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockSize;  // KV tokens per block
@@ -137,7 +134,6 @@ enum Barrier : int {
   kBuilders = 1,   // the 96 builder threads
   kTurn0 = 2,      // kTurn0 + w: consumer warpgroup w's turn to issue WGMMAs (256 threads)
   kEpilogue0 = 4,  // kEpilogue0 + w: warpgroup w's staged O rows are complete (128 threads)
-  kConsumers = 6,  // both consumer warpgroups (256 threads): a split's partials stored
 };
 
 // Dynamic shared memory is only promised 16-byte alignment; kernels round the base up to the
@@ -170,12 +166,10 @@ __device__ __forceinline__ int swizzled_byte(int r, int c) {
 // none of their rows chose. The decode's queries pick their blocks independently (a Q = 8 tile
 // leaves most union blocks to one warpgroup); the prefill's tile-union tiles are those whose
 // queries share their blocks, where there is nothing to skip and the straight pipeline is
-// measurably faster (docs/performance.md step 14e). A split decode's small pairs are merged by
-// their last split in the kernel, with no combine launch (step 50).
+// measurably faster (docs/performance.md step 14e).
 template <class Base>
 struct SkipBlocks : Base {
   static constexpr bool kSkipBlocks = true;
-  static constexpr bool kMergeSplits = true;
 };
 
 // The prefill's wide tile-union instance: tiles of up to 128 queries (tile_union/geometry.h),

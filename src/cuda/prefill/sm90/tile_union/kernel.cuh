@@ -16,8 +16,6 @@
 // chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
 // other's GEMMs occupy the tensor cores.
 //
-// A split decode's last split of a pair merges the pair's slots itself (merge_if_last_split).
-//
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh, with
 // FP8 K/V its codes-landed barriers too), and
 //   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer + 32 loader arrivals)
@@ -25,12 +23,10 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include <cutlass/arch/barrier.h>
 #include <cute/tensor.hpp>
 
-#include "cuda/combine/merge.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/scheduler.cuh"
 #include "cuda/prefill/sm90/common/epilogue.cuh"
@@ -191,56 +187,6 @@ __device__ __forceinline__ int fp16_q_in_place(typename Traits::Element* sq, int
   cutlass::arch::fence_view_async_shared();  // the stores, visible to WGMMA
   named_barrier_sync(kEpilogue0 + wg, 128);  // every row converted (and scratch read) before the first QK
   return e;
-}
-
-// Traits::kMergeSplits with p.split_arrivals (a split decode): after tile `tile` (split t.split
-// of its pair) stored its slot, the 256 consumer threads count the split's arrival, and the
-// pair's last split merges the pair's slots into out / lse with the combine's row merge
-// (combine::merge_row: ascending slots, so the result is the combine kernel's, bit for bit,
-// whichever split comes last). Ordering: each thread's bulk stores of the slot complete
-// (wait_group without .read) and every consumer thread fences at GPU scope before one thread
-// counts; the last arrival fences before its threads read the other splits' slots. The count
-// goes back to 0 for the next launch (a graph replays the same buffer).
-template <class Traits>
-__device__ __forceinline__ void merge_if_last_split(const TileUnionParams& p, int tile, const Tile& t, int ct) {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // this thread's O boxes written
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");    // ordered before generic accesses
-  __threadfence();                                             // with the LSE stores, at GPU scope
-  named_barrier_sync(kConsumers, kConsumerThreads);
-  bool last = false;
-  if (ct == 0) {
-    std::int32_t* arrivals = p.split_arrivals + tile / p.splits;
-    last = atomicAdd(arrivals, 1) == p.splits - 1;
-    if (last) atomicExch(arrivals, 0);  // every split of the pair has counted
-    __threadfence();
-  }
-  if (!named_barrier_or(kConsumers, kConsumerThreads, last)) return;
-
-  using Element = typename Traits::Element;
-  constexpr DType kPartial = std::is_same_v<Element, cute::half_t> ? DType::kFP16 : DType::kBF16;
-  constexpr int kLanes = combine::Lanes<Traits::kHeadDim>::kPerRow;
-  CombineParams c{};
-  c.o_partial = p.attn.o_partial;
-  c.lse_partial = p.attn.lse_partial;
-  c.split_counts = nullptr;
-  c.sinks = p.attn.sinks;
-  c.out = p.attn.out;
-  c.stride_out_token = p.attn.stride_out_token;
-  c.stride_out_head = p.attn.stride_out_head;
-  c.lse = p.attn.lse;
-  c.total_q = p.attn.total_q;
-  c.h_q = p.attn.h_q;
-  c.group = p.attn.group;
-  c.topk = p.attn.slots;
-  c.uniform_count = p.splits;
-  c.out_fp16 = kPartial == DType::kFP16;
-  const int lane = ct % 32;
-  const unsigned group_mask = kLanes == 32 ? 0xffffffffu : ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
-  const int group = p.attn.group;
-  // Rows r of the pair (query r / G of the tile, head r % G of its KV head), a lane group each.
-  for (int r = ct / kLanes; r < t.nq * group; r += kConsumerThreads / kLanes)
-    combine::merge_row<kPartial, Traits::kHeadDim>(c, std::int64_t(t.q0) + r / group, t.kv_head * group + r % group,
-                                                   lane & (kLanes - 1), group_mask);
 }
 
 template <class Traits>
@@ -438,8 +384,6 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     store_tile<Traits, true, true>(tma, final_rows ? tma.out : tma.o_partial, acc_o, st.m, st.l, sink, smem.q[qb],
                                    final_rows ? p.attn.lse : p.attn.lse_partial, opaque_tid() - 128, target, o_scale);
     Barrier64::arrive(&smem.q_empty[qb]);
-    if constexpr (Traits::kMergeSplits)
-      if (p.split_arrivals != nullptr) merge_if_last_split<Traits>(p, sched.tile(pos), t, ct);
     ++iter;
   }
   turn.finish();

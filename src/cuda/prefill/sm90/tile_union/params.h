@@ -12,8 +12,7 @@ struct TileUnionParams {
   // Every (query, head) row of a tile it runs gets its normalised result over the tile's union
   // (or over split s of it) in slot s of o_partial / lse_partial; the combine (split count 1 for
   // those rows, or `splits` for all rows with null split_counts) applies sinks and writes out /
-  // lse, or the kernel itself with split_arrivals. With `direct` the rows are final instead: out
-  // and lse directly, sink applied.
+  // lse. With `direct` the rows are final instead: out and lse directly, sink applied.
   AttentionParams attn;
   bool direct;  // splits == 1 only: write attn's out (PrefillTma::out) / lse with attn.sinks
   const std::int32_t* topk;  // [h_kv, total_q, topk], last dim contiguous
@@ -36,12 +35,6 @@ struct TileUnionParams {
                                    //   every tile
   int group_heads;                 // without a list: tiles in the order of tile_of_rank_grouped
                                    // over groups of this many KV heads (1..h_kv; h_kv: tile_of_rank)
-  // Split pairs merged in the kernel (Traits::kMergeSplits instances, splits > 1; null: the
-  // combine merges them): each split's tile counts its arrival once its slot is stored, and the
-  // pair's last arrival merges the pair's `splits` slots into attn.out / attn.lse with
-  // attn.sinks (combine::merge_row, the combine's arithmetic) and sets the count back to 0.
-  std::int32_t* split_arrivals;    // [h_kv * ceil(total_q / q_per_tile)] (pairs), all 0 before
-                                   // a launch and after it
 };
 
 }  // namespace msa::cuda::prefill_sm90
