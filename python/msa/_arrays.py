@@ -39,19 +39,17 @@ def int_arg(name: str, value, minimum: int = 0, maximum: int = INT32_MAX) -> int
     raise error(name, value, f"must be an int in [{minimum}, {maximum}]")
 
 
-def scale_arg(name: str, value, allow_zero: bool) -> float:
-    """A softmax scale as the C++ layer takes it (fp32; 0 means 1 / sqrt(d) there): finite and
-    > 0 once rounded to fp32, or 0 where allowed."""
+def scale_arg(name: str, value) -> float:
+    """A softmax scale as the C++ layer takes it (fp32, where 0 would mean 1 / sqrt(d)): a
+    number > 0 that stays finite and > 0 once rounded to fp32."""
     try:
         number = float(value) if not isinstance(value, (bool, str, bytes)) else None
         single = struct.unpack("f", struct.pack("f", number))[0] if number is not None else None
     except (TypeError, ValueError, OverflowError):
         single = None
-    if single is not None and single == single and single != float("inf") and (single > 0 or
-                                                                               (allow_zero and number == 0)):
+    if single is not None and 0 < single < float("inf"):
         return number
-    raise error(name, value, "must be a float > 0 that fp32 holds (about 1.2e-38 to 3.4e38)" +
-                (", or 0 for 1 / sqrt(d)" if allow_zero else ""))
+    raise error(name, value, "must be a float > 0 that fp32 holds (about 1.2e-38 to 3.4e38)")
 
 
 def raise_explained(arrays: dict | None = None, ints: dict | None = None, floats: dict | None = None) -> None:

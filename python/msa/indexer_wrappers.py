@@ -19,8 +19,8 @@ in a buffer of the wrapper (``scores``). The ids are the same either way.
 from __future__ import annotations
 
 from . import _msa
-from ._arrays import (dtype_name, empty, error, int_arg, is_cuda, library_of, on_device_of, renamed, same_kind,
-                      stream_of)
+from ._arrays import dtype_name, empty, error, is_cuda, library_of, on_device_of, renamed, same_kind, stream_of
+from ._arrays import int_arg as _int_arg
 
 _HEAD_DIM = 128
 _BLOCK = 128
@@ -34,10 +34,6 @@ _PREFILL_NAMES = {"index_q": "q", "index_k.k": "paged_k_cache", "index_k.page_ta
 _DECODE_NAMES = dict(_PREFILL_NAMES, k_len="seq_lens", cu_seqlens_q="query_length",
                      **{f"index_k{k}.{what}[{i}]": f"paged_k_cache.{what}[{i - 1}]"
                         for k in ("", ".k") for what in ("shape", "stride") for i in (2, 3)})
-
-
-def _int_arg(name: str, value, lo: int, hi: int) -> int:
-    return int_arg(name, value, lo, hi)
 
 
 def _int32_array(name: str, a, ndim: int):

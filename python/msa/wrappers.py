@@ -8,8 +8,9 @@ The selection wrappers, which produce the ``topk_indices`` these take, are in in
 from __future__ import annotations
 
 from . import _msa
-from ._arrays import (INT64_MAX, dtype_name, empty, error, int_arg, is_cuda, on_device_of, renamed, same_device,
+from ._arrays import (INT64_MAX, dtype_name, empty, error, is_cuda, on_device_of, renamed, same_device,
                       same_kind, scale_arg, stream_of)
+from ._arrays import int_arg as _int_arg
 
 # The C++ layer's argument names, as the wrapper's caller spells them.
 _PREFILL_NAMES = {
@@ -46,10 +47,6 @@ _DECODE_NAMES = {
 }
 
 
-def _int_arg(name: str, value, minimum: int = 0, maximum: int = 2**31 - 1) -> int:
-    return int_arg(name, value, minimum, maximum)
-
-
 def _dlpack_arg(name: str, value):
     if not hasattr(value, "__dlpack_device__"):
         raise error(name, type(value).__name__, "must be an array (PyTorch, NumPy or CuPy)")
@@ -70,7 +67,7 @@ def _int32_arg(**arrays) -> None:
 
 
 def _scale_arg(sm_scale) -> float:
-    return 0.0 if sm_scale is None else scale_arg("sm_scale", sm_scale, allow_zero=False)
+    return 0.0 if sm_scale is None else scale_arg("sm_scale", sm_scale)
 
 
 def _q_type_arg(q_data_type) -> str:

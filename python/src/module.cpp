@@ -106,10 +106,11 @@ class PySparsePrefill {
   // With cu_seqlens_k, k_len is first written from it (msa::lengths_from_offsets, on the stream).
   void plan(const ArrayArg& cu_seqlens_q, const ArrayArg& k_len, const ArrayArg& topk,
             std::optional<std::int64_t> max_k_len, std::uintptr_t stream, const std::optional<ArrayArg>& cu_seqlens_k) {
-    VarlenBatch batch = batch_of(cu_seqlens_q, k_len);
-    const TensorView ids = to_view(topk, "topk");
     const TensorView offsets = to_view(cu_seqlens_k, "cu_seqlens_k");
-    if (offsets.present()) batch.k_len = to_output_view(k_len, "k_len");  // written from the offsets
+    // With the offsets, k_len is written from them: an output.
+    const VarlenBatch batch{to_view(cu_seqlens_q, "cu_seqlens_q"),
+                            offsets.present() ? to_output_view(k_len, "k_len") : to_view(k_len, "k_len")};
+    const TensorView ids = to_view(topk, "topk");
     nb::gil_scoped_release release;
     if (offsets.present()) lengths_from_offsets(offsets, batch.k_len, to_stream(stream));
     if (max_k_len.has_value()) op_.plan(batch, ids, *max_k_len, to_stream(stream));
