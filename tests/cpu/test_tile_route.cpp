@@ -371,6 +371,40 @@ TEST(TileRoute, PlanFreeTilesHoldMoreQueriesAtSmallGroups) {
   }
 }
 
+// Every tile size a prefill or decode call can choose, at every GQA group and top-k, fits the
+// instance it launches (the narrow one up to 32 queries and 512 top-k entries): at G = 4..7 with
+// a large top-k the plan-free tiles are the routed ones, not the M tile's fill (the random-shape
+// sweep's G = 4, top-31 call once chose 32-query narrow tiles of 992 entries).
+TEST(TileRoute, EveryChosenTileSizeFitsItsInstance) {
+  using namespace msa::cuda;
+  const std::vector<std::int32_t> cu = {0, 3, 551}, kl = {13, 762};  // the sweep's batch
+  int plan_free = 0;
+  for (int group = 1; group <= 16; ++group) {
+    for (int topk = 1; topk <= kTileUnionMaxTopk; ++topk) {
+      const int routed = tile_union_queries_per_tile(group, topk);
+      const int free = tile_union_free_queries(group, topk);
+      EXPECT_TRUE(routed <= kTileUnionNarrowQueries && tile_union_tile_fits(routed, group, topk)) << group << " " << topk;
+      EXPECT_TRUE(free >= routed && tile_union_tile_fits(free, group, topk)) << group << " " << topk;
+      EXPECT_TRUE(tile_union_tile_fits(tile_union_decode_queries(group), group, topk)) << group << " " << topk;
+      for (const bool host : {true, false}) {
+        const int q = plan_free_queries_per_tile(host ? cu.data() : nullptr, host ? kl.data() : nullptr, 2, 551, 762,
+                                                 64 / group, group, topk);
+        EXPECT_TRUE(q == 0 || (q >= routed && tile_union_tile_fits(q, group, topk))) << group << " " << topk << " " << q;
+        plan_free += q > 0;
+        const int forced = forced_union_queries_per_tile(host ? cu.data() : nullptr, host ? kl.data() : nullptr, 2,
+                                                         551, 762, group, topk);
+        EXPECT_TRUE(forced >= routed && tile_union_tile_fits(forced, group, topk))
+            << group << " " << topk << " " << forced;
+      }
+    }
+  }
+  EXPECT_GT(plan_free, 0);
+  EXPECT_EQ(tile_union_free_queries(4, 31), 16);
+  EXPECT_FALSE(tile_union_tile_fits(32, 4, 31));  // 992 entries: past the narrow list
+  EXPECT_TRUE(tile_union_tile_fits(64, 1, 32));   // 2048 entries: the wide list
+  EXPECT_FALSE(tile_union_tile_fits(64, 3, 16));  // 192 rows
+}
+
 TEST(TileRoute, HostPlannerLeavesRoutedRowsOut) {
   // One request of 6 queries (k_len 384: blocks 0..2), 2 KV heads, topk 2, tiles of 2 queries.
   std::vector<std::int32_t> cu = {0, 6}, k_len = {384};

@@ -102,6 +102,9 @@ std::vector<Case> cases() {
   Case adv_g2{"page64_g2_random_adversarial", spec_of(8, 4, 16, 64, chunked, Selection::kRandom, 20), 64, true};
   adv_g2.future_ids = true;
   c.push_back(adv_g2);
+  // G = 4, top-31 (a random-shape sweep's case): the plan-free tiles are the routed 16-query ones,
+  // whose 496 top-k entries fit the narrow list (32-query tiles of 992 did not).
+  c.push_back({"page16_g4_topk31_random", spec_of(16, 4, 31, 16, {{3, 13}, {548, 762}}, Selection::kRandom, 23)});
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
   // Random picks among 123..128 visible blocks (request 0) route to the block-major kernel,
   // among <= 8 (request 1) to the tile-union kernel: PrefillPath::kAuto runs both in one call
@@ -122,11 +125,14 @@ std::vector<Case> cases() {
       Case a = c[i];
       a.name += "_auto";
       a.path = msa::PrefillPath::kAuto;
-      // One request on 700 tokens, and the chunked batch at G = 3 in 42-query tiles. (40
+      // One request on 700 tokens, the chunked batch at G = 3 in 42-query tiles, and G = 4 at
+      // top-31 in the routed 16-query tiles. (40
       // requests on at most 702, from device tensors: planned, their bound, 32 requests of 6
       // blocks in a tile, is too long for one CTA; likewise 90 requests at G = 1.)
-      a.union_only = a.name.find("hot_rows") != std::string::npos || a.name.find("g3_random") != std::string::npos;
+      a.union_only = a.name.find("hot_rows") != std::string::npos || a.name.find("g3_random") != std::string::npos ||
+                     a.name.find("g4_topk31") != std::string::npos;
       if (a.name.find("g3_random") != std::string::npos) a.free_queries = 42;
+      if (a.name.find("g4_topk31") != std::string::npos) a.free_queries = 16;
       c.push_back(a);
     }
   }

@@ -48,18 +48,34 @@ static_assert(tile_union_queries_per_tile(16, 16) == 8 && tile_union_queries_per
               tile_union_queries_per_tile(16, 32) == 8);
 
 // Queries per tile of a call with no device plan (every tile on the union kernel): as many as
-// fill the M tile, up to 128 (G = 1) and 2048 top-k entries. Their union may then exceed the
-// list: such a call takes these tiles only where every tile's union bound (its queries' causally
-// visible blocks, union_only_batch's bound) fits kTileUnionMaxEntries and every tile's visible
-// blocks fit kTileUnionMaxVisibleBlocks (wide_tiles_fit). At G <= 3 the tile holds more queries
-// than a routed one; elsewhere the same.
+// fill the M tile, up to 128 (G = 1) and 2048 top-k entries, where that is more than the narrow
+// instance holds (kTileUnionNarrowQueries): the wide instance's tiles. Their union may then
+// exceed the list: such a call takes these tiles only where every tile's union bound (its
+// queries' causally visible blocks, union_only_batch's bound) fits kTileUnionMaxEntries and every
+// tile's visible blocks fit kTileUnionMaxVisibleBlocks (wide_tiles_fit). That is G <= 3; elsewhere
+// the routed tiles, whose top-k entries fit the narrow list (at G = 4..7 and a top-k past 512 / M
+// tile queries, fewer queries than fill the M tile).
 constexpr int tile_union_free_queries(int group, int topk) {
-  return tile_union_fill_queries(group, topk, kTileUnionMaxTileEntries, kTileUnionMaxQueries);
+  const int wide = tile_union_fill_queries(group, topk, kTileUnionMaxTileEntries, kTileUnionMaxQueries);
+  return wide > kTileUnionNarrowQueries ? wide : tile_union_queries_per_tile(group, topk);
 }
 static_assert(tile_union_free_queries(1, 16) == 128 && tile_union_free_queries(2, 16) == 64 &&
               tile_union_free_queries(3, 16) == 42 && tile_union_free_queries(4, 16) == 32 &&
               tile_union_free_queries(16, 16) == 8 && tile_union_free_queries(1, 32) == 64 &&
-              tile_union_free_queries(8, 32) == 16);
+              tile_union_free_queries(8, 32) == 16 && tile_union_free_queries(3, 32) == 42 &&
+              tile_union_free_queries(4, 31) == 16 && tile_union_free_queries(5, 32) == 16 &&
+              tile_union_free_queries(7, 29) == 17);
+
+// Whether the tile-union kernel's instances hold tiles of q_per_tile queries at a GQA group and
+// top-k: the narrow one up to kTileUnionNarrowQueries queries and kTileUnionMaxEntries top-k
+// entries (the launch's invariant), the wide one (more queries) up to kTileUnionMaxQueries
+// queries and kTileUnionMaxTileEntries entries; either within the M tile's rows.
+constexpr bool tile_union_tile_fits(int q_per_tile, int group, int topk) {
+  const bool wide = q_per_tile > kTileUnionNarrowQueries;
+  return q_per_tile >= 1 && q_per_tile <= (wide ? kTileUnionMaxQueries : kTileUnionNarrowQueries) &&
+         q_per_tile * topk <= (wide ? kTileUnionMaxTileEntries : kTileUnionMaxEntries) &&
+         q_per_tile * group <= kTileUnionRows;
+}
 
 // Whether every wide tile of q_per_tile queries fits the wide instance: its visible blocks
 // within the bitmap (the union's own bound, kTileUnionMaxEntries, is the caller's).

@@ -35,11 +35,9 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
   // them. A wide tile's union (up to kTileUnionMaxTileEntries top-k entries) is the caller's to
   // bound (tile_union_free_queries, wide_tiles_fit): its builders drop what would not fit. The wide instance runs
   // every tile of a prefill, unsplit.
-  const int max_queries = kWide ? kTileUnionMaxQueries : kTileUnionNarrowQueries;
-  const int max_entries = kWide ? kTileUnionMaxTileEntries : kTileUnionMaxEntries;
-  MSA_ASSERT(p.q_per_tile >= 1 && p.q_per_tile <= max_queries && p.q_per_tile * p.attn.topk <= max_entries &&
-             p.q_per_tile * p.attn.group <= kTileUnionRows && p.batch >= 1 && p.tiles <= INT32_MAX / 2 &&
-             p.q_per_request >= 0 &&
+  MSA_ASSERT(kWide == (p.q_per_tile > kTileUnionNarrowQueries) &&
+             tile_union_tile_fits(p.q_per_tile, p.attn.group, p.attn.topk) && p.batch >= 1 &&
+             p.tiles <= INT32_MAX / 2 && p.q_per_request >= 0 &&
              (p.q_per_request == 0 || p.attn.total_q == std::int64_t(p.batch) * p.q_per_request));
   MSA_ASSERT(!kWide || (p.tile_list == nullptr && p.splits == 1 && p.q_per_request == 0 && p.group_heads >= 1 &&
                         p.group_heads <= p.attn.h_kv));
