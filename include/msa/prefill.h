@@ -29,7 +29,9 @@ class SparsePrefill {
   SparsePrefill& operator=(SparsePrefill&&) noexcept;
 
   // Bytes of scratch (plan arrays and partials) a problem of this size needs, for callers
-  // that own their memory; with no set_workspace() the object allocates it in plan().
+  // that own their memory; with no set_workspace() the object allocates it in plan(). It also
+  // holds every problem no larger in batch, total_q and max_k_len (the same shape and options):
+  // a workspace sized once for the largest call serves them all.
   static std::size_t workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                      const Options& options = {});
   // Use caller memory (on the backend's device, 256-byte aligned) as the scratch.

@@ -21,6 +21,7 @@
 #include "bench/compare.h"
 #include "bench/workload.h"
 #include "cpu/reference.h"
+#include "cuda/api/decode_params.h"
 #include "cuda/instances.h"
 #include "msa/msa.h"
 #include "tests/support/cuda_cases.h"
@@ -369,24 +370,30 @@ TEST(DecodeCudaApi, CallerWorkspaceAndCpuTwinAgree) {
 }
 
 // Sizes only (no GPU needed): a step with enough (KV head, query tile) pairs to fill the GPU is
-// not split, so the kernel writes out and lse itself and the workspace is empty; a split
-// step's holds the partials (splits x rows x (d 16-bit values + one fp32 LSE)).
+// not split, so the kernel writes out and lse itself and needs no workspace; a split step's
+// holds the partials (splits x rows x (d 16-bit values + one fp32 LSE)). workspace_bytes() is
+// the most any step no larger needs, so a workspace sized for the largest batch holds them all.
 TEST(DecodeCudaApi, WorkspaceHoldsPartialsOnlyWhenSplit) {
   const msa::AttentionShape s{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
   msa::Options o;
   o.backend = msa::Backend::kCuda;
-  const std::size_t unsplit =
-      msa::SparseDecode::workspace_bytes(s, {.batch = 128, .total_q = 1024, .max_k_len = 100000}, o);
-  EXPECT_EQ(unsplit, std::size_t{0});
-  const std::size_t split = msa::SparseDecode::workspace_bytes(s, {.batch = 1, .total_q = 8, .max_k_len = 100000}, o);
-  EXPECT_GE(split, std::size_t{2} * 8 * 64 * (128 * 2 + 4));
+  const auto need = [&](std::int64_t b, int q) {
+    return msa::cuda::decode_workspace(s, msa::cuda::decode_geometry(s, b, q, 100000), nullptr).bytes;
+  };
+  EXPECT_EQ(need(128, 8), std::size_t{0});
+  EXPECT_GE(need(1, 8), std::size_t{2} * 8 * 64 * (128 * 2 + 4));
   // Q = 1: tiles of 8 requests would make 16 pairs of 8 splits at B = 32; a tile per request
   // makes 128 pairs, unsplit. At B = 4, 16 pairs of 8 splits instead of 4 of 16.
-  EXPECT_EQ(msa::SparseDecode::workspace_bytes(s, {.batch = 32, .total_q = 32, .max_k_len = 100000}, o),
-            std::size_t{0});
-  const std::size_t b4 = msa::SparseDecode::workspace_bytes(s, {.batch = 4, .total_q = 4, .max_k_len = 100000}, o);
-  EXPECT_GE(b4, std::size_t{8} * 4 * 64 * (128 * 2 + 4));
-  EXPECT_LT(b4, std::size_t{16} * 4 * 64 * (128 * 2 + 4));
+  EXPECT_EQ(need(32, 1), std::size_t{0});
+  EXPECT_GE(need(4, 1), std::size_t{8} * 4 * 64 * (128 * 2 + 4));
+  EXPECT_LT(need(4, 1), std::size_t{16} * 4 * 64 * (128 * 2 + 4));
+  const std::size_t most = msa::SparseDecode::workspace_bytes(s, {.batch = 128, .total_q = 1024, .max_k_len = 100000}, o);
+  for (const std::int64_t b : {1, 2, 4, 8, 32, 128})
+    for (const int q : {1, 2, 8})
+      EXPECT_GE(most, need(b, q)) << b << " x " << q;
+  std::size_t one_request = 0;  // B = 1 of 1..8 queries: the problems no larger than B = 1, Q = 8
+  for (int q = 1; q <= 8; ++q) one_request = std::max(one_request, need(1, q));
+  EXPECT_EQ(msa::SparseDecode::workspace_bytes(s, {.batch = 1, .total_q = 8, .max_k_len = 100000}, o), one_request);
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 // in the same buffers.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "core/check.h"
@@ -191,8 +193,21 @@ class IndexerTopkCuda final : public IndexerTopK::Impl {
 std::unique_ptr<Indexer::Impl> make_indexer() { return std::make_unique<IndexerCuda>(); }
 std::unique_ptr<IndexerTopK::Impl> make_indexer_topk() { return std::make_unique<IndexerTopkCuda>(); }
 
+// A bound on what any problem no larger in batch, total_q and max_k_len needs, so that a
+// workspace sized for the largest call holds every smaller one's (the split's own bytes shrink
+// to 0 as the tiles grow). A split problem's lists take h_i total_q chunks list words of 8 bytes,
+// where chunks <= cols / 16 (units of at least 16 columns) and, with tiles < kIndexerTopkWholeRowTiles of
+// at most kIndexerTileRows / h_i queries each and chunks <= ceil(kIndexerTopkUnits / tiles),
+// h_i total_q chunks <= kIndexerTileRows (kIndexerTopkUnits + kIndexerTopkWholeRowTiles).
 std::size_t indexer_topk_workspace_bytes(int h_i, int topk, const ProblemSize& problem) {
-  return indexer_topk_split(h_i, topk, problem).workspace_bytes;
+  const IndexerTopkSplit split = indexer_topk_split(h_i, topk, problem);
+  const std::int64_t most_chunks = split.cols / 16;
+  if (most_chunks < 2 || problem.total_q <= 0) return split.workspace_bytes;  // no smaller problem splits either
+  const std::int64_t rows_chunks = std::min(std::int64_t{h_i} * problem.total_q * most_chunks,
+                                            std::int64_t{kIndexerTileRows} * (kIndexerTopkUnits + kIndexerTopkWholeRowTiles));
+  const auto bound = static_cast<std::size_t>(rows_chunks) * static_cast<std::size_t>(split.list) * sizeof(std::uint64_t);
+  MSA_ASSERT(split.workspace_bytes <= bound);
+  return bound;
 }
 
 }  // namespace msa::cuda

@@ -228,6 +228,29 @@ bool k2q_fused_fits(K2qDeviceGeometry& g) {
   return true;
 }
 
+// The fewest queries of a histogram unit: one warp pass of the count kernels.
+static std::int64_t unit_q_floor(int topk) { return std::max<std::int64_t>(8, 32 / next_pow2(topk)); }
+
+// Words of unit_counts: the chosen units' [h_kv, max_units, max_blocks], within a bound that
+// never shrinks as the batch, total_q or max_k_len grow, so that the workspace of a problem
+// holds any smaller one's (include/msa/prefill.h). The units' count is not monotone: q_per_unit
+// doubles as max_blocks / topk crosses a power of two. Two bounds are, on the words U(q) =
+// h_kv (ceil(total_q / q) + batch) max_blocks of units of q queries, which shrink as q grows:
+// - k2q_device_sizes starts at q0 >= max_blocks / topk and halves q only while U stays within
+//   max(kUnitCountsBudget / 4, U(q0)), and U(q0) <= h_kv (total_q topk + (batch + 1) max_blocks);
+// - q never goes below min(kMinQPerUnit, the one-warp-pass floor), a constant of the topk.
+static std::int64_t unit_counts_words(const K2qDeviceGeometry& g) {
+  const std::int64_t chosen = std::int64_t{g.h_kv} * g.max_units * g.max_blocks;
+  const auto words = [&](std::int64_t q) { return std::int64_t{g.h_kv} * (ceil_div(g.total_q, q) + g.batch) * g.max_blocks; };
+  const std::int64_t q_low = std::min<std::int64_t>(kMinQPerUnit, unit_q_floor(g.topk));
+  const std::int64_t by_budget = std::max<std::int64_t>(
+      kUnitCountsBudget / std::int64_t{sizeof(std::int32_t)},
+      std::int64_t{g.h_kv} * (g.total_q * g.topk + (g.batch + 1) * g.max_blocks));
+  const std::int64_t bound = std::min(by_budget, words(q_low));
+  MSA_ASSERT(chosen <= bound);
+  return bound;
+}
+
 K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const ProblemSize& problem,
                                 int capacity_q_per_item) {
   MSA_REQUIRE(h_kv >= 1 && h_kv <= 65535, "shape.h_kv", std::to_string(h_kv), "must be in 1..65535");
@@ -263,7 +286,7 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
   const auto counts_bytes = [&](std::int64_t q) {  // in double: hostile sizes must not overflow
     return static_cast<double>(h_kv) * static_cast<double>(units_of(q)) * static_cast<double>(g.max_blocks) * 4.0;
   };
-  const std::int64_t q_floor = std::max<std::int64_t>(8, 32 / next_pow2(topk));  // one warp pass
+  const std::int64_t q_floor = unit_q_floor(topk);
   const double budget = std::max(static_cast<double>(kUnitCountsBudget), counts_bytes(q_unit));
   while (q_unit / 2 >= q_floor && units_of(q_unit) * h_kv < kUnitWarpsWanted && counts_bytes(q_unit / 2) <= budget)
     q_unit /= 2;
@@ -324,7 +347,7 @@ K2qDeviceBuffers k2q_device_layout(const K2qDeviceGeometry& g, Arena& arena) {
   b.total_rows = arena.take<std::int32_t>(1);
   b.row_of = arena.take<std::int32_t>(n(g.batch * g.max_blocks));
   b.unit_start = arena.take<std::int32_t>(n(g.batch + 1));
-  b.unit_counts = arena.take<std::int32_t>(n(h_kv * g.max_units * g.max_blocks));
+  b.unit_counts = arena.take<std::int32_t>(n(unit_counts_words(g)));
   b.row_totals = arena.take<K2qRowTotal>(n(scan_items(g)));
   b.row_scan = arena.take<K2qRowTotal>(n(scan_items(g)));
   b.task_totals = arena.take<K2qRowTotal>(n(k2q::kGridMaxTasks));

@@ -1,0 +1,78 @@
+// workspace_bytes() of the CUDA operators never shrinks as the problem grows (sizes only, no GPU
+// needed): a workspace sized once for the largest call an engine makes holds every smaller
+// call's (include/msa/prefill.h, decode.h, indexer.h). A review found it shrinking: the
+// planner's histogram units changed size with max_k_len, the decode's partials went to 0 once a
+// batch filled the GPU, and the fused indexer + top-k's lists likewise past 98 query tiles.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+
+#include "msa/msa.h"
+
+namespace {
+
+msa::Options cuda_options() {
+  msa::Options o;
+  o.backend = msa::Backend::kCuda;
+  return o;
+}
+
+std::size_t prefill_bytes(const msa::AttentionShape& s, std::int64_t b, std::int64_t q, std::int64_t k) {
+  return msa::SparsePrefill::workspace_bytes(s, {.batch = b, .total_q = q, .max_k_len = k}, cuda_options());
+}
+std::size_t decode_bytes(const msa::AttentionShape& s, std::int64_t b, int q, std::int64_t k) {
+  return msa::SparseDecode::workspace_bytes(s, {.batch = b, .total_q = b * q, .max_k_len = k}, cuda_options());
+}
+std::size_t indexer_bytes(int h_i, int topk, std::int64_t b, std::int64_t q, std::int64_t k) {
+  return msa::IndexerTopK::workspace_bytes(h_i, topk, {.batch = b, .total_q = q, .max_k_len = k}, cuda_options());
+}
+
+TEST(WorkspaceSizes, TheReviewsCases) {
+  const msa::AttentionShape s{.h_q = 64, .h_kv = 8, .d = 128, .topk = 16};
+  // The planner's units: 64 queries each at max_k_len 131072, 128 at 200000.
+  EXPECT_LE(prefill_bytes(s, 1, 65536, 131072), prefill_bytes(s, 1, 65536, 200000));
+  EXPECT_LE(prefill_bytes(s, 1, 4064, 131072), prefill_bytes(s, 1, 4065, 131072));
+  // Q = 1: B = 8 splits, B = 16 fills the GPU unsplit.
+  EXPECT_GT(decode_bytes(s, 8, 1, 131072), std::size_t{0});
+  EXPECT_LE(decode_bytes(s, 8, 1, 131072), decode_bytes(s, 16, 1, 131072));
+  // The fused indexer + top-k: rows split over units below 99 query tiles (64 queries each at 4
+  // index heads), whole past them.
+  EXPECT_GT(indexer_bytes(4, 16, 1, 98 * 64, 131072), std::size_t{0});
+  EXPECT_LE(indexer_bytes(4, 16, 1, 98 * 64, 131072), indexer_bytes(4, 16, 1, 99 * 64, 131072));
+}
+
+// Random problems and smaller ones (each of batch, total_q and max_k_len at most the larger's).
+TEST(WorkspaceSizes, NeverShrinkAsTheProblemGrows) {
+  std::mt19937_64 rng(51);
+  const auto below = [&](std::int64_t v, std::int64_t lo) {  // in [lo, v]
+    return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(v - lo + 1));
+  };
+  int split_decodes = 0, split_indexers = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int h_kv = 1 << (rng() % 4), group = 1 << (rng() % 5);
+    const int topk = 1 + static_cast<int>(rng() % 32);
+    const msa::AttentionShape s{.h_q = h_kv * group, .h_kv = h_kv, .d = 128, .topk = topk};
+    const std::int64_t k = below(1 << 20, 1), b = below(160, 1);
+    const std::int64_t k2 = below(k, 1), b2 = below(b, 1);
+    // Prefill: total_q up to 64k.
+    const std::int64_t q = below(1 << 16, 0), q2 = below(q, 0);
+    EXPECT_LE(prefill_bytes(s, b2, q2, k2), prefill_bytes(s, b, q, k)) << trial;
+    // Decode: Q per request 1..16, the smaller any Q with b2 * Q2 <= b * Q.
+    const int qd = static_cast<int>(below(16, 1));
+    const int qd2 = static_cast<int>(std::min<std::int64_t>(below(16, 1), b * qd / b2));
+    const std::size_t small = decode_bytes(s, b2, qd2, k2);
+    split_decodes += small > 0;
+    EXPECT_LE(small, decode_bytes(s, b, qd, k)) << trial;
+    // Indexer + top-k: 1..16 index heads.
+    const int h_i = 1 << (rng() % 5);
+    const std::size_t small_i = indexer_bytes(h_i, topk, b2, q2, k2);
+    split_indexers += small_i > 0;
+    EXPECT_LE(small_i, indexer_bytes(h_i, topk, b, q, k)) << trial;
+  }
+  EXPECT_GT(split_decodes, 20);  // the smaller problems include split ones, which need bytes
+  EXPECT_GT(split_indexers, 20);
+}
+
+}  // namespace
