@@ -22,6 +22,7 @@
 #include "bench/workload.h"
 #include "cpu/reference.h"
 #include "cuda/api/decode_params.h"
+#include "cuda/combine/launch.h"
 #include "cuda/instances.h"
 #include "msa/msa.h"
 #include "tests/support/cuda_cases.h"
@@ -367,6 +368,23 @@ TEST(DecodeCudaApi, CallerWorkspaceAndCpuTwinAgree) {
   } catch (const msa::Error& e) {
     EXPECT_EQ(e.argument(), "seq_len.shape[0]");
   }
+}
+
+// The combine of a split step takes any valid out: a dimension of one index may have any stride
+// (check_layout), here B * Q = 1 with a token stride of 4 elements, which the combine's launch
+// once refused as an internal error after the decode kernel had run (no GPU needed: its
+// parameters only).
+TEST(DecodeCudaApi, SplitStepCombineTakesOneRowOutWithAnyStride) {
+  const msa::AttentionShape s{.h_q = 8, .h_kv = 1, .d = 128, .topk = 16};
+  const msa::cuda::DecodeGeometry g = msa::cuda::decode_geometry(s, 1, 1, 131072);
+  ASSERT_GT(g.splits, 1);  // the combine runs
+  alignas(256) static unsigned char memory[1 << 12];
+  const msa::cuda::DecodeWorkspace w = msa::cuda::decode_workspace(s, g, memory);
+  msa::DecodeArgs a;
+  a.out = msa::TensorView::strided(memory, msa::DType::kBF16, {1, 8, 128}, {4, 128, 1}, msa::Device::kCuda);
+  EXPECT_TRUE(msa::cuda::combine_params_ok(msa::cuda::decode_combine_params(s, a, g, w)));
+  a.out = msa::TensorView::strided(memory, msa::DType::kBF16, {2, 8, 128}, {4, 128, 1}, msa::Device::kCuda);
+  EXPECT_FALSE(msa::cuda::combine_params_ok(msa::cuda::decode_combine_params(s, a, g, w)));  // two rows 8 bytes apart
 }
 
 // Sizes only (no GPU needed): a step with enough (KV head, query tile) pairs to fill the GPU is

@@ -38,7 +38,7 @@ class CombineCuda final : public Combine::Impl {
     contiguous(args.split_counts, "split_counts");
     contiguous(args.sinks, "sinks");
     contiguous(args.lse, "lse");
-    MSA_REQUIRE(args.out.stride[0] % 8 == 0 && args.out.stride[1] % 8 == 0, "out.stride",
+    MSA_REQUIRE(combine_out_stride(args.out, 0) % 8 == 0 && combine_out_stride(args.out, 1) % 8 == 0, "out.stride",
                 std::to_string(args.out.stride[0]) + ", " + std::to_string(args.out.stride[1]),
                 "the CUDA combine needs token and head strides that are multiples of 8 elements");
     if (options.strict) {  // split counts and sinks, read on the host (one synchronisation)
@@ -56,8 +56,8 @@ class CombineCuda final : public Combine::Impl {
     c.split_counts = args.split_counts.ptr<const std::int32_t>();
     c.sinks = args.sinks.present() ? args.sinks.ptr<const float>() : nullptr;
     c.out = args.out.data;
-    c.stride_out_token = args.out.stride[0];
-    c.stride_out_head = args.out.stride[1];
+    c.stride_out_token = combine_out_stride(args.out, 0);
+    c.stride_out_head = combine_out_stride(args.out, 1);
     c.lse = args.lse.present() ? args.lse.ptr<float>() : nullptr;
     c.total_q = args.o_partial.dim(1);
     c.h_q = shape.h_q;

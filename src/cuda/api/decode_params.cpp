@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/plan_encoding.h"
 #include "cuda/api/prefill_params.h"
+#include "cuda/combine/launch.h"
 #include "cuda/common/workspace.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 
@@ -144,8 +145,8 @@ CombineParams decode_combine_params(const AttentionShape& shape, const DecodeArg
   c.split_counts = nullptr;
   c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
   c.out = a.out.data;
-  c.stride_out_token = a.out.stride[0];
-  c.stride_out_head = a.out.stride[1];
+  c.stride_out_token = combine_out_stride(a.out, 0);
+  c.stride_out_head = combine_out_stride(a.out, 1);
   c.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
   c.total_q = g.total_q;
   c.h_q = shape.h_q;

@@ -258,8 +258,8 @@ class PrefillCuda final : public SparsePrefill::Impl {
     c.tiles_per_head = tiles_per_head(planned_total_q_, q_per_tile);
     c.sinks = a.sinks.present() ? a.sinks.ptr<const float>() : nullptr;
     c.out = a.out.data;
-    c.stride_out_token = a.out.stride[0];
-    c.stride_out_head = a.out.stride[1];
+    c.stride_out_token = combine_out_stride(a.out, 0);
+    c.stride_out_head = combine_out_stride(a.out, 1);
     c.lse = a.lse.present() ? a.lse.ptr<float>() : nullptr;
     c.total_q = planned_total_q_;
     c.h_q = shape.h_q;

@@ -15,13 +15,7 @@ namespace msa::cuda {
 
 template <DType kDtype, int kHeadDim>
 void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmatic) {
-  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-  MSA_ASSERT(p.topk >= 1 && p.topk <= 32 && p.uniform_count >= 1 && p.uniform_count <= p.topk && p.group >= 1 &&
-             p.h_q >= 1 && p.h_q % p.group == 0 && p.total_q >= 0);
-  MSA_ASSERT(aligned16(p.o_partial) && aligned16(p.out) && p.stride_out_token % 8 == 0 && p.stride_out_head % 8 == 0);
-  MSA_ASSERT(p.tile_list == nullptr || (p.tile_count != nullptr && p.q_per_tile >= 1 && p.q_per_tile <= 32 &&
-                                        p.tiles_per_head == (p.total_q + p.q_per_tile - 1) / p.q_per_tile &&
-                                        (p.h_q / p.group) * p.tiles_per_head <= INT32_MAX / 2));
+  MSA_ASSERT(combine_params_ok(p));
   if (p.total_q == 0) return;
   // The prefill and decode kernels before it run with the largest shared-memory carve-out; the
   // same preference here spares the SMs a reconfiguration between the two grids (once per

@@ -2,6 +2,9 @@
 // instance per (partial dtype, head dim) of the instantiation list (src/cuda/instantiations/).
 #pragma once
 
+#include <climits>
+#include <cstdint>
+
 #include "cuda/combine/params.h"
 #include "msa/tensor.h"
 
@@ -20,5 +23,24 @@ namespace msa::cuda {
 // anything. The operator layer has validated p (alignment, strides, topk); this only asserts.
 template <DType kDtype, int kHeadDim>
 void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmatic);
+
+// Whether p meets launch_combine's preconditions (which it asserts): counts in range, 16-byte
+// aligned partials and out, out strides of whole 16-byte rows, a consistent tile list.
+inline bool combine_params_ok(const CombineParams& p) {
+  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  return p.topk >= 1 && p.topk <= 32 && p.uniform_count >= 1 && p.uniform_count <= p.topk && p.group >= 1 &&
+         p.h_q >= 1 && p.h_q % p.group == 0 && p.total_q >= 0 && aligned16(p.o_partial) && aligned16(p.out) &&
+         p.stride_out_token % 8 == 0 && p.stride_out_head % 8 == 0 &&
+         (p.tile_list == nullptr || (p.tile_count != nullptr && p.q_per_tile >= 1 && p.q_per_tile <= 32 &&
+                                     p.tiles_per_head == (p.total_q + p.q_per_tile - 1) / p.q_per_tile &&
+                                     std::int64_t(p.h_q / p.group) * p.tiles_per_head <= INT32_MAX / 2));
+}
+
+// CombineParams' stride of out's dimension `dim` (0: token, 1: head): 0 where the dimension has
+// one index, whose stride the layout rules leave free (check_layout) and the combine only
+// multiplies by 0; the tensor's own stride, a multiple of 8 elements, elsewhere.
+inline std::int64_t combine_out_stride(const TensorView& out, int dim) {
+  return out.dim(dim) == 1 ? 0 : out.stride[dim];
+}
 
 }  // namespace msa::cuda

@@ -14,8 +14,8 @@ struct CombineParams {
   const float* sinks;                // [h_q] natural-log sink logits; may be null
   void* out;                         // [total_q, h_q, d] bf16 | fp16 (see out_fp16), last dim
                                      // contiguous, 16-byte aligned rows
-  std::int64_t stride_out_token;     // multiple of 8
-  std::int64_t stride_out_head;      // multiple of 8
+  std::int64_t stride_out_token;     // multiple of 8 (0 for one token: combine_out_stride)
+  std::int64_t stride_out_head;      // multiple of 8 (0 for one head)
   float* lse;                        // [total_q, h_q] (row stride h_q); may be null
   std::int64_t total_q;
   int h_q;
