@@ -10,6 +10,7 @@
 #include "cuda/combine/kernel.cuh"
 #include "cuda/combine/launch.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/per_device.h"
 
 namespace msa::cuda {
 
@@ -19,13 +20,13 @@ void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmat
   if (p.total_q == 0) return;
   // The prefill and decode kernels before it run with the largest shared-memory carve-out; the
   // same preference here spares the SMs a reconfiguration between the two grids (once per
-  // instance, thread-safe static initialisation).
-  static const bool configured = [] {
+  // instance and device).
+  static PerDevice<bool> configured;
+  configured.get([] {
     MSA_CUDA_CHECK(cudaFuncSetAttribute(combine::combine_kernel<kDtype, kHeadDim>,
                                         cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     return true;
-  }();
-  (void)configured;
+  });
   constexpr int kRowsPerCta = combine::Lanes<kHeadDim>::kRowsPerCta;
   // Every row: a CTA per kRowsPerCta rows. Listed pairs: a CTA per pair that could be listed;
   // those past the count leave at once (a persistent grid balanced the rows' unequal slot

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/per_device.h"
 #include "cuda/indexer/kernel.cuh"
 #include "cuda/indexer/launch.h"
 
@@ -25,11 +26,11 @@ void launch_indexer(const IndexerParams& p, const IndexerTma& tma, int sm_count,
   MSA_ASSERT(kList == 0 ? p.scores != nullptr
                         : p.topk != nullptr && p.k >= 1 && p.k <= kList + 1 && (p.chunks == 1 || p.partial != nullptr));
   if (p.total_q <= 0) return;
-  static const bool configured = [] {
+  static PerDevice<bool> configured;  // the shared-memory attribute, once per device
+  configured.get([] {
     MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
-  }();
-  (void)configured;
+  });
   // Units: at most chunks * (ceil(total_q / queries_per_tile) + B) (each request adds at most
   // one partial tile).
   const std::int64_t tiles = (p.total_q + p.queries_per_tile - 1) / p.queries_per_tile + p.batch;

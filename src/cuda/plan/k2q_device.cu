@@ -122,8 +122,8 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   return p;
 }
 
-// Dynamic shared memory above the default: raised only when a larger plan needs it, so that a
-// captured call never sets it. The count and scatter kernels (general path) share a grant, the
+// Dynamic shared memory above the default: raised only when a larger plan needs it (on the
+// current device), so that a captured call never sets it. The count and scatter kernels (general path) share a grant, the
 // small path's head kernel has its own (the grid path's kernel gets its own in grid_resident).
 void grant_smem(bool small, std::size_t bytes) {
   // The default limit holds static and dynamic shared memory together (the head kernel has
@@ -134,12 +134,17 @@ void grant_smem(bool small, std::size_t bytes) {
     return attr.sharedSizeBytes;
   }();
   if (bytes + (small ? small_static : 0) <= kK2qUnitSmemDefault) return;
+  // Per device ordinal (a function attribute holds on one device); past 64, set every time.
   static std::mutex mutex;
-  static std::size_t granted_unit = kK2qUnitSmemDefault;
-  static std::size_t granted_small = 0;  // its default is 48 KB less its static memory
+  static std::size_t granted_unit[64] = {};   // above kK2qUnitSmemDefault once set
+  static std::size_t granted_small[64] = {};  // its default is 48 KB less its static memory
+  int device = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  const bool tracked = device >= 0 && device < 64;
   const std::lock_guard<std::mutex> lock(mutex);
-  std::size_t& granted = small ? granted_small : granted_unit;
-  if (bytes <= granted) return;
+  std::size_t spare = 0;
+  std::size_t& granted = !tracked ? spare : small ? granted_small[device] : granted_unit[device];
+  if (tracked && bytes <= granted) return;
   const auto set = [bytes](auto kernel) {
     MSA_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));

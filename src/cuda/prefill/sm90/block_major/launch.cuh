@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/per_device.h"
 #include "cuda/prefill/sm90/block_major/kernel.cuh"
 #include "cuda/prefill/sm90/common/checks.h"
 #include "cuda/prefill/sm90/common/kernel.cuh"
@@ -23,14 +24,15 @@ constexpr auto* kKernel =
     prefill_sm90::prefill_kernel<Traits<kDtype, kHeadDim>, prefill_sm90::BlockMajorParams, Storage<kDtype, kHeadDim>>;
 }  // namespace block_major_instance
 
-// Sets the shared-memory attribute once (thread-safe static initialisation) and asks the
-// occupancy calculator how many CTAs share an SM.
+// Sets the shared-memory attribute once per device and asks the occupancy calculator how many
+// CTAs share an SM there.
 template <DType kDtype, int kHeadDim>
 int block_major_ctas_per_sm() {
   using namespace block_major_instance;
   constexpr std::size_t kSmem = prefill_sm90::smem_bytes<Storage<kDtype, kHeadDim>>();
   static_assert(kSmem <= 227 * 1024, "shared memory plan exceeds the sm_90 limit");
-  static const int ctas = [] {
+  static PerDevice<int> ctas;
+  return ctas.get([] {
     MSA_CUDA_CHECK(cudaFuncSetAttribute(kKernel<kDtype, kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmem)));
     int n = 0;
@@ -38,8 +40,7 @@ int block_major_ctas_per_sm() {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel<kDtype, kHeadDim>, prefill_sm90::kThreads, kSmem));
     MSA_ASSERT(n >= 1);
     return n;
-  }();
-  return ctas;
+  });
 }
 
 template <DType kDtype, int kHeadDim>

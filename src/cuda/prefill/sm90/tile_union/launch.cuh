@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/per_device.h"
 #include "cuda/prefill/sm90/common/checks.h"
 #include "cuda/prefill/sm90/common/kernel.cuh"
 #include "cuda/prefill/sm90/launch.h"
@@ -45,12 +46,12 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
   MSA_ASSERT(p.splits >= 1 && p.splits <= p.attn.slots && (p.splits == 1 || p.tile_list == nullptr));
   MSA_ASSERT(p.direct ? (p.splits == 1 && p.attn.out != nullptr) : p.attn.o_partial != nullptr);  // final rows or slots
   if (p.tiles <= 0) return;
-  // The shared-memory attribute, once (thread-safe static initialisation).
-  static const bool configured = [] {
+  // The shared-memory attribute, once per device.
+  static PerDevice<bool> configured;
+  configured.get([] {
     MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
-  }();
-  (void)configured;
+  });
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(p.tiles, sm_count));
   launch_pdl(kernel, LaunchShape{dim3(grid), dim3(prefill_sm90::kThreads), smem}, stream, /*programmatic=*/true, p,
              tma);
