@@ -17,6 +17,7 @@
 
 #include "bench/compare.h"
 #include "bench/workload.h"
+#include "core/impl.h"
 #include "cpu/reference.h"
 #include "cuda/api/dispatch.h"
 #include "cuda/combine/launch.h"
@@ -392,6 +393,29 @@ TEST(CombineCudaOperator, MatchesTheCpuOperator) {
   } catch (const msa::Error& e) {
     EXPECT_EQ(e.argument(), "split_counts[1, 1]");
     EXPECT_EQ(e.value(), "17");
+  }
+}
+
+// No query rows: nothing to merge, so an empty out needs neither alignment nor strides
+// (check_layout checks neither for an empty view); the launch once asserted both and stopped with
+// an internal error. The CUDA operator's own object, so that it runs without a GPU too (the
+// public constructor asks for one): nothing is launched.
+TEST(CombineCudaOperator, NoRowsTakeAnyEmptyOut) {
+  msa::AttentionShape s{.h_q = 2, .h_kv = 1, .d = 128, .topk = 4};
+  msa::Options o;
+  o.backend = msa::Backend::kCuda;
+  alignas(256) static unsigned char memory[256];
+  for (const std::size_t offset : {std::size_t{8}, std::size_t{0}}) {
+    auto c = msa::cuda::make_combine();
+    c->shape = s;
+    c->options = o;
+    c->plan(0, nullptr);
+    msa::CombineArgs args;
+    args.o_partial = msa::TensorView::contiguous(memory, msa::DType::kBF16, {4, 0, 2, 128}, msa::Device::kCuda);
+    args.lse_partial = msa::TensorView::contiguous(memory, msa::DType::kFP32, {4, 0, 2}, msa::Device::kCuda);
+    args.split_counts = msa::TensorView::contiguous(memory, msa::DType::kInt32, {0, 1}, msa::Device::kCuda);
+    args.out = msa::TensorView::strided(memory + offset, msa::DType::kBF16, {0, 2, 128}, {256, 12, 1}, msa::Device::kCuda);
+    EXPECT_NO_THROW(c->run(args, nullptr)) << "out at +" << offset;
   }
 }
 

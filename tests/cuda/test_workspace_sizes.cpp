@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <random>
 
+#include "cuda/api/decode_params.h"
 #include "msa/msa.h"
 
 namespace {
@@ -41,6 +42,33 @@ TEST(WorkspaceSizes, TheReviewsCases) {
   // index heads), whole past them.
   EXPECT_GT(indexer_bytes(4, 16, 1, 98 * 64, 131072), std::size_t{0});
   EXPECT_LE(indexer_bytes(4, 16, 1, 98 * 64, 131072), indexer_bytes(4, 16, 1, 99 * 64, 131072));
+}
+
+// A decode planned with no bound on seq_len (max_k_len 0) counts as larger than any bound: plan()
+// then sizes for requests of topk blocks, which a small positive bound's workspace held too
+// little for (a review's cases), and a workspace_bytes() of 0 holds every positive bound's.
+TEST(WorkspaceSizes, DecodeWithNoBoundCountsAsTheLargest) {
+  const auto need = [](const msa::AttentionShape& s, std::int64_t b, int q, std::int64_t k) {
+    return msa::cuda::decode_workspace(s, msa::cuda::decode_geometry(s, b, q, k), nullptr).bytes;
+  };
+  const msa::AttentionShape one{.h_q = 1, .h_kv = 1, .d = 128, .topk = 16};
+  EXPECT_GT(need(one, 1, 1, 0), std::size_t{0});
+  EXPECT_GE(decode_bytes(one, 1, 1, 64), need(one, 1, 1, 0));
+  const msa::AttentionShape three{.h_q = 3, .h_kv = 1, .d = 128, .topk = 22};
+  EXPECT_GE(decode_bytes(three, 23, 10, 182), need(three, 4, 16, 0));
+  for (const std::int64_t k : {std::int64_t{1}, std::int64_t{4096}, std::int64_t{1} << 20, msa::kMaxKvLen})
+    EXPECT_GE(decode_bytes(three, 23, 10, 0), need(three, 4, 16, k)) << k;
+}
+
+// IndexerTopK::workspace_bytes names h_i past the CUDA indexer's 256 heads (it divided by the
+// queries of a tile, 256 / h_i = 0, and stopped the process).
+TEST(WorkspaceSizes, IndexerHeadsPastTheTileAreNamed) {
+  try {
+    (void)indexer_bytes(300, 16, 1, 1, 128);
+    ADD_FAILURE() << "h_i = 300 accepted";
+  } catch (const msa::Error& e) {
+    EXPECT_EQ(e.argument(), "h_i");
+  }
 }
 
 // Random problems and smaller ones (each of batch, total_q and max_k_len at most the larger's).

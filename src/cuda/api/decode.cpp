@@ -124,18 +124,22 @@ std::size_t decode_workspace_bytes(const AttentionShape& shape, const ProblemSiz
               std::to_string(problem.total_q), "must be batch * q_per_request for a decode");
   const int q_per_request = problem.batch > 0 ? static_cast<int>(problem.total_q / problem.batch) : 1;
   check_decode_plan(shape, problem.batch, q_per_request, problem.max_k_len);
-  // The most that any decode no larger in batch, total_q and max_k_len needs, so that a
-  // workspace sized for the largest step an engine runs holds every smaller one's. Only split
-  // steps hold partials, and a step splits only while its (KV head, tile) pairs are at most half
-  // of kDecodeCtaTarget, with tiles of at most 16 queries: small steps, which a larger batch
-  // does not need. A split's bytes do not shrink as max_k_len grows (more blocks, as many or
-  // more splits), so max_k_len itself is the bound's.
+  // The most that any decode no larger in batch, total_q and max_k_len needs (a bound of 0, none
+  // given, counting as larger than any), so that a workspace sized for the largest step an
+  // engine runs holds every smaller one's. Only split steps hold partials, and a step splits
+  // only while its (KV head, tile) pairs are at most half of kDecodeCtaTarget, with tiles of at
+  // most 16 queries: small steps, which a larger batch does not need. A split's bytes do not
+  // shrink as a positive bound grows (more blocks, as many or more splits), so the bound itself
+  // (kMaxKvLen for none) is the largest; plan()'s own sizing with none (requests of topk blocks)
+  // is taken too.
+  const std::int64_t bound = problem.max_k_len > 0 ? problem.max_k_len : kMaxKvLen;
   std::size_t most = 0;
   const std::int64_t most_rows = std::int64_t{kDecodeCtaTarget} / 2 * 16;
   for (std::int64_t b = 1; b <= std::min(problem.batch, most_rows); ++b) {
     for (int q = 1; q <= 16 && b * q <= problem.total_q; ++q) {
       if (std::int64_t{shape.h_kv} * ((b * q + 15) / 16) > kDecodeCtaTarget / 2) break;  // no split from here on
-      most = std::max(most, decode_workspace(shape, decode_geometry(shape, b, q, problem.max_k_len), nullptr).bytes);
+      for (const std::int64_t len : {bound, std::int64_t{0}})
+        most = std::max(most, decode_workspace(shape, decode_geometry(shape, b, q, len), nullptr).bytes);
     }
   }
   return most;

@@ -200,6 +200,7 @@ std::unique_ptr<IndexerTopK::Impl> make_indexer_topk() { return std::make_unique
 // at most kIndexerTileRows / h_i queries each and chunks <= ceil(kIndexerTopkUnits / tiles),
 // h_i total_q chunks <= kIndexerTileRows (kIndexerTopkUnits + kIndexerTopkWholeRowTiles).
 std::size_t indexer_topk_workspace_bytes(int h_i, int topk, const ProblemSize& problem) {
+  check_heads(h_i);  // before the split divides by the queries of a tile (kIndexerTileRows / h_i)
   const IndexerTopkSplit split = indexer_topk_split(h_i, topk, problem);
   const std::int64_t most_chunks = split.cols / 16;
   if (most_chunks < 2 || problem.total_q <= 0) return split.workspace_bytes;  // no smaller problem splits either

@@ -16,8 +16,8 @@ namespace msa::cuda {
 
 template <DType kDtype, int kHeadDim>
 void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmatic) {
+  if (p.total_q == 0) return;  // nothing to merge (an empty out need not be aligned: check_layout)
   MSA_ASSERT(combine_params_ok(p));
-  if (p.total_q == 0) return;
   // The prefill and decode kernels before it run with the largest shared-memory carve-out; the
   // same preference here spares the SMs a reconfiguration between the two grids (once per
   // instance and device).

@@ -37,10 +37,11 @@ inline bool combine_params_ok(const CombineParams& p) {
 }
 
 // CombineParams' stride of out's dimension `dim` (0: token, 1: head): 0 where the dimension has
-// one index, whose stride the layout rules leave free (check_layout) and the combine only
-// multiplies by 0; the tensor's own stride, a multiple of 8 elements, elsewhere.
+// at most one index, whose stride the layout rules leave free (check_layout) and the combine
+// only multiplies by 0 (or never uses); the tensor's own stride, a multiple of 8 elements,
+// elsewhere.
 inline std::int64_t combine_out_stride(const TensorView& out, int dim) {
-  return out.dim(dim) == 1 ? 0 : out.stride[dim];
+  return out.dim(dim) <= 1 ? 0 : out.stride[dim];
 }
 
 }  // namespace msa::cuda
