@@ -20,8 +20,11 @@ msa::Options cuda_options() {
   return o;
 }
 
-std::size_t prefill_bytes(const msa::AttentionShape& s, std::int64_t b, std::int64_t q, std::int64_t k) {
-  return msa::SparsePrefill::workspace_bytes(s, {.batch = b, .total_q = q, .max_k_len = k}, cuda_options());
+std::size_t prefill_bytes(const msa::AttentionShape& s, std::int64_t b, std::int64_t q, std::int64_t k,
+                          msa::PrefillPath path = msa::PrefillPath::kAuto) {
+  msa::Options o = cuda_options();
+  o.prefill_path = path;
+  return msa::SparsePrefill::workspace_bytes(s, {.batch = b, .total_q = q, .max_k_len = k}, o);
 }
 std::size_t decode_bytes(const msa::AttentionShape& s, std::int64_t b, int q, std::int64_t k) {
   return msa::SparseDecode::workspace_bytes(s, {.batch = b, .total_q = b * q, .max_k_len = k}, cuda_options());
@@ -42,6 +45,16 @@ TEST(WorkspaceSizes, TheReviewsCases) {
   // index heads), whole past them.
   EXPECT_GT(indexer_bytes(4, 16, 1, 98 * 64, 131072), std::size_t{0});
   EXPECT_LE(indexer_bytes(4, 16, 1, 98 * 64, 131072), indexer_bytes(4, 16, 1, 99 * 64, 131072));
+}
+
+// PrefillPath::kTileUnion plans nothing on the device and writes every row final: its workspace
+// holds only the staging of host inputs, not the planner's arrays and the partials (35 GB here,
+// which a caller sizing for it once had to allocate).
+TEST(WorkspaceSizes, ForcedTileUnionHoldsNoPlanNorPartials) {
+  const msa::AttentionShape s{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
+  const std::size_t staging = std::size_t{4} * 131072 * 16 * 4 + 2 * 256;  // host top-k, then the batch
+  EXPECT_LE(prefill_bytes(s, 1, 131072, 131072, msa::PrefillPath::kTileUnion), staging + 1024);
+  EXPECT_GT(prefill_bytes(s, 1, 131072, 131072, msa::PrefillPath::kBlockMajor), std::size_t{1} << 34);
 }
 
 // A decode planned with no bound on seq_len (max_k_len 0) counts as larger than any bound: plan()
@@ -86,7 +99,8 @@ TEST(WorkspaceSizes, NeverShrinkAsTheProblemGrows) {
     const std::int64_t k2 = below(k, 1), b2 = below(b, 1);
     // Prefill: total_q up to 64k.
     const std::int64_t q = below(1 << 16, 0), q2 = below(q, 0);
-    EXPECT_LE(prefill_bytes(s, b2, q2, k2), prefill_bytes(s, b, q, k)) << trial;
+    const auto path = static_cast<msa::PrefillPath>(rng() % 3);
+    EXPECT_LE(prefill_bytes(s, b2, q2, k2, path), prefill_bytes(s, b, q, k, path)) << trial;
     // Decode: Q per request 1..16, the smaller any Q with b2 * Q2 <= b * Q.
     const int qd = static_cast<int>(below(16, 1));
     const int qd2 = static_cast<int>(std::min<std::int64_t>(below(16, 1), b * qd / b2));

@@ -18,12 +18,17 @@ PrefillWorkspace prefill_workspace(const AttentionShape& shape, const ProblemSiz
   // once, for its largest).
   const int q_per_item = plan_q_per_item(shape, problem.total_q, options.q_per_item);
   const int capacity_q_per_item = options.q_per_item >= 1 ? q_per_item : plan_q_per_item(shape, 0, 0);
+  // The planner's sizes also check the problem's limits (docs/numerics.md), on every path.
   w.k2q_geo = k2q_device_sizes(shape.h_kv, shape.topk, q_per_item, problem, capacity_q_per_item).geo;
-  w.k2q = k2q_device_layout(w.k2q_geo, arena);
-  const auto rows = static_cast<std::size_t>(shape.topk) * static_cast<std::size_t>(problem.total_q) *
-                    static_cast<std::size_t>(shape.h_q);
-  w.o_partial = arena.take_bytes(rows * static_cast<std::size_t>(shape.d) * 2);
-  w.lse_partial = arena.take<float>(rows);
+  // PrefillPath::kTileUnion never plans on the device and writes every row final: no planner
+  // arrays and no partials (their pointers stay null; the tile-union kernel's TMA takes none).
+  if (options.prefill_path != PrefillPath::kTileUnion) {
+    w.k2q = k2q_device_layout(w.k2q_geo, arena);
+    const auto rows = static_cast<std::size_t>(shape.topk) * static_cast<std::size_t>(problem.total_q) *
+                      static_cast<std::size_t>(shape.h_q);
+    w.o_partial = arena.take_bytes(rows * static_cast<std::size_t>(shape.d) * 2);
+    w.lse_partial = arena.take<float>(rows);
+  }
   w.cu_seqlens_q = arena.take<std::int32_t>(static_cast<std::size_t>(2 * problem.batch + 1));
   w.k_len = w.cu_seqlens_q != nullptr ? w.cu_seqlens_q + problem.batch + 1 : nullptr;
   w.topk = arena.take<std::int32_t>(static_cast<std::size_t>(shape.h_kv) * static_cast<std::size_t>(problem.total_q) *

@@ -1,6 +1,7 @@
 // The CUDA sparse prefill's workspace: one layout, taken from an Arena in this order (each piece
-// 256-byte aligned; docs/layouts.md): the device planner's buffers, o_partial, lse_partial,
-// staging copies of CPU batch / top-k tensors, and the PrefillPath::kAuto tile routing.
+// 256-byte aligned; docs/layouts.md): the device planner's buffers, o_partial, lse_partial (both
+// but with PrefillPath::kTileUnion), staging copies of CPU batch / top-k tensors, and the
+// PrefillPath::kAuto tile routing.
 #pragma once
 
 #include <cstddef>
