@@ -17,6 +17,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cub_temp.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/per_device.h"
 #include "cuda/plan/k2q_fused_kernels.cuh"
 #include "cuda/plan/k2q_grid_kernels.cuh"
 #include "cuda/plan/k2q_kernels.cuh"
@@ -167,14 +168,10 @@ struct Resident {
   int fused;
 };
 Resident cooperative_resident() {
-  static std::mutex mutex;
-  static Resident resident[64] = {};  // per device ordinal; {0, 0} = not yet asked
-  static bool asked[64] = {};
-  int device = 0;
-  MSA_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) return Resident{0, 0};
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (!asked[device]) {
+  static PerDevice<Resident> resident;
+  return resident.get([] {
+    int device = 0;
+    MSA_CUDA_CHECK(cudaGetDevice(&device));
     int sms = 0;
     MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const auto per_sm = [](auto kernel, int threads, std::size_t bytes) {
@@ -189,10 +186,8 @@ Resident cooperative_resident() {
                               per_sm(k2q::k2q_grid_kernel<32>, k2q::kGridThreads, grid_bytes));
     const int fused = per_sm(k2q::k2q_fused_kernel, k2q::kFusedThreads,
                              k2q::fused_smem(k2q::kFusedMaxBlocks, kTileUnionMaxEntries).bytes);
-    resident[device] = Resident{sms * grid, sms * fused};
-    asked[device] = true;
-  }
-  return resident[device];
+    return Resident{sms * grid, sms * fused};
+  });
 }
 
 }  // namespace
