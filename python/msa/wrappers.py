@@ -169,8 +169,9 @@ class _Wrapper:
         return out, lse
 
     def workspace_bytes(self) -> int:
-        """The scratch bytes the last plan() needed: what a ``workspace_buffer`` must hold for a
-        problem of that size (plan the largest problem once to size one for graph capture)."""
+        """The scratch bytes for the last plan()'s sizes: what a ``workspace_buffer`` must hold
+        for a problem of that size or any smaller one (plan the largest problem once to size one
+        for graph capture)."""
         if self._op is None:
             raise error("plan", "none", "call plan() first")
         return self._workspace_needed
