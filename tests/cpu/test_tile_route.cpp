@@ -383,16 +383,18 @@ TEST(TileRoute, EveryChosenTileSizeFitsItsInstance) {
     for (int topk = 1; topk <= kTileUnionMaxTopk; ++topk) {
       const int routed = tile_union_queries_per_tile(group, topk);
       const int free = tile_union_free_queries(group, topk);
-      EXPECT_TRUE(routed <= kTileUnionNarrowQueries && tile_union_tile_fits(routed, group, topk)) << group << " " << topk;
+      EXPECT_TRUE(routed <= kTileUnionNarrowQueries && tile_union_tile_fits(routed, group, topk))
+          << group << " " << topk;
       EXPECT_TRUE(free >= routed && tile_union_tile_fits(free, group, topk)) << group << " " << topk;
       EXPECT_TRUE(tile_union_tile_fits(tile_union_decode_queries(group), group, topk)) << group << " " << topk;
       for (const bool host : {true, false}) {
         const int q = plan_free_queries_per_tile(host ? cu.data() : nullptr, host ? kl.data() : nullptr, 2, 551, 762,
                                                  64 / group, group, topk);
-        EXPECT_TRUE(q == 0 || (q >= routed && tile_union_tile_fits(q, group, topk))) << group << " " << topk << " " << q;
+        EXPECT_TRUE(q == 0 || (q >= routed && tile_union_tile_fits(q, group, topk)))
+            << group << " " << topk << " " << q;
         plan_free += q > 0;
-        const int forced = forced_union_queries_per_tile(host ? cu.data() : nullptr, host ? kl.data() : nullptr, 2,
-                                                         551, 762, group, topk);
+        const int forced = forced_union_queries_per_tile(host ? cu.data() : nullptr, host ? kl.data() : nullptr, 2, 551,
+                                                         762, group, topk);
         EXPECT_TRUE(forced >= routed && tile_union_tile_fits(forced, group, topk))
             << group << " " << topk << " " << forced;
       }

@@ -23,9 +23,9 @@
 #include "cuda/combine/launch.h"
 #include "msa/msa.h"
 #include "tests/support/compare.h"
+#include "tests/support/cuda_check.h"
 #include "tests/support/device_tensor.h"
 #include "tests/support/poison.h"
-#include "tests/support/cuda_check.h"
 
 namespace {
 
@@ -414,7 +414,8 @@ TEST(CombineCudaOperator, NoRowsTakeAnyEmptyOut) {
     args.o_partial = msa::TensorView::contiguous(memory, msa::DType::kBF16, {4, 0, 2, 128}, msa::Device::kCuda);
     args.lse_partial = msa::TensorView::contiguous(memory, msa::DType::kFP32, {4, 0, 2}, msa::Device::kCuda);
     args.split_counts = msa::TensorView::contiguous(memory, msa::DType::kInt32, {0, 1}, msa::Device::kCuda);
-    args.out = msa::TensorView::strided(memory + offset, msa::DType::kBF16, {0, 2, 128}, {256, 12, 1}, msa::Device::kCuda);
+    args.out =
+        msa::TensorView::strided(memory + offset, msa::DType::kBF16, {0, 2, 128}, {256, 12, 1}, msa::Device::kCuda);
     EXPECT_NO_THROW(c->run(args, nullptr)) << "out at +" << offset;
   }
 }

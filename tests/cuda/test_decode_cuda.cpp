@@ -405,10 +405,10 @@ TEST(DecodeCudaApi, WorkspaceHoldsPartialsOnlyWhenSplit) {
   EXPECT_EQ(need(32, 1), std::size_t{0});
   EXPECT_GE(need(4, 1), std::size_t{8} * 4 * 64 * (128 * 2 + 4));
   EXPECT_LT(need(4, 1), std::size_t{16} * 4 * 64 * (128 * 2 + 4));
-  const std::size_t most = msa::SparseDecode::workspace_bytes(s, {.batch = 128, .total_q = 1024, .max_k_len = 100000}, o);
+  const std::size_t most =
+      msa::SparseDecode::workspace_bytes(s, {.batch = 128, .total_q = 1024, .max_k_len = 100000}, o);
   for (const std::int64_t b : {1, 2, 4, 8, 32, 128})
-    for (const int q : {1, 2, 8})
-      EXPECT_GE(most, need(b, q)) << b << " x " << q;
+    for (const int q : {1, 2, 8}) EXPECT_GE(most, need(b, q)) << b << " x " << q;
   std::size_t one_request = 0;  // B = 1 of 1..8 queries: the problems no larger than B = 1, Q = 8
   for (int q = 1; q <= 8; ++q) one_request = std::max(one_request, need(1, q));
   EXPECT_EQ(msa::SparseDecode::workspace_bytes(s, {.batch = 1, .total_q = 8, .max_k_len = 100000}, o), one_request);

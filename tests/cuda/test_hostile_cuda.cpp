@@ -338,8 +338,8 @@ TEST(HostileCuda, BatchBrokenOnTheDeviceAfterPlanStaysInBounds) {
   auto* r = rows.data<std::int32_t>();
   for (std::int64_t i = 0; i < rows.numel(); ++i)
     r[i] = i % spec.shape.topk < 2 ? static_cast<std::int32_t>(i % spec.shape.topk) : -1;
-  for (const msa::PrefillPath path : {msa::PrefillPath::kTileUnion, msa::PrefillPath::kAuto,
-                                      msa::PrefillPath::kBlockMajor}) {
+  for (const msa::PrefillPath path :
+       {msa::PrefillPath::kTileUnion, msa::PrefillPath::kAuto, msa::PrefillPath::kBlockMajor}) {
     c.cu.upload(c.w.cu_seqlens_q);  // plan() sees the valid batch
     c.kl.upload(c.w.k_len);
     c.topk.upload(c.w.topk);
@@ -378,8 +378,8 @@ TEST(HostileCuda, RequestsOverlappingOnTheDeviceStayInBounds) {
       const msa::K2qCsr plan = op.plan_snapshot();
       for (const msa::WorkItem& item : plan.work) {
         ASSERT_TRUE(item.q_begin >= 0 && item.q_count >= 0 && item.q_begin + item.q_count <= edges_per_head)
-            << what << ": item of head " << item.kv_head << " row " << item.row << " covers edges ["
-            << item.q_begin << ", " << item.q_begin + item.q_count << ") of " << edges_per_head;
+            << what << ": item of head " << item.kv_head << " row " << item.row << " covers edges [" << item.q_begin
+            << ", " << item.q_begin + item.q_count << ") of " << edges_per_head;
       }
       op.run(c.a, nullptr);
       CUDA_OK(cudaDeviceSynchronize()) << what;
@@ -398,8 +398,8 @@ TEST(HostileCuda, EmptyDeviceBatchWithABoundPlans) {
   HostTensor zero(msa::DType::kInt32, {1});
   zero.data<std::int32_t>()[0] = 0;
   DeviceTensor cu(zero);
-  const msa::VarlenBatch batch{cu.view, msa::TensorView::contiguous(nullptr, msa::DType::kInt32, {0},
-                                                                    msa::Device::kCuda)};
+  const msa::VarlenBatch batch{cu.view,
+                               msa::TensorView::contiguous(nullptr, msa::DType::kInt32, {0}, msa::Device::kCuda)};
   const msa::TensorView topk =
       msa::TensorView::contiguous(nullptr, msa::DType::kInt32, {s.h_kv, 0, s.topk}, msa::Device::kCuda);
   for (const msa::PrefillPath path : {msa::PrefillPath::kAuto, msa::PrefillPath::kBlockMajor}) {

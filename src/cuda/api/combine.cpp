@@ -38,9 +38,10 @@ class CombineCuda final : public Combine::Impl {
     contiguous(args.split_counts, "split_counts");
     contiguous(args.sinks, "sinks");
     contiguous(args.lse, "lse");
-    MSA_REQUIRE(args.out.numel() == 0 || (combine_out_stride(args.out, 0) % 8 == 0 && combine_out_stride(args.out, 1) % 8 == 0), "out.stride",
-                std::to_string(args.out.stride[0]) + ", " + std::to_string(args.out.stride[1]),
-                "the CUDA combine needs token and head strides that are multiples of 8 elements");
+    MSA_REQUIRE(
+        args.out.numel() == 0 || (combine_out_stride(args.out, 0) % 8 == 0 && combine_out_stride(args.out, 1) % 8 == 0),
+        "out.stride", std::to_string(args.out.stride[0]) + ", " + std::to_string(args.out.stride[1]),
+        "the CUDA combine needs token and head strides that are multiples of 8 elements");
     if (options.strict) {  // split counts and sinks, read on the host (one synchronisation)
       HostMirrors m;
       CombineArgs h = args;

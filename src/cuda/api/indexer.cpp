@@ -204,9 +204,11 @@ std::size_t indexer_topk_workspace_bytes(int h_i, int topk, const ProblemSize& p
   const IndexerTopkSplit split = indexer_topk_split(h_i, topk, problem);
   const std::int64_t most_chunks = split.cols / 16;
   if (most_chunks < 2 || problem.total_q <= 0) return split.workspace_bytes;  // no smaller problem splits either
-  const std::int64_t rows_chunks = std::min(std::int64_t{h_i} * problem.total_q * most_chunks,
-                                            std::int64_t{kIndexerTileRows} * (kIndexerTopkUnits + kIndexerTopkWholeRowTiles));
-  const auto bound = static_cast<std::size_t>(rows_chunks) * static_cast<std::size_t>(split.list) * sizeof(std::uint64_t);
+  const std::int64_t rows_chunks =
+      std::min(std::int64_t{h_i} * problem.total_q * most_chunks,
+               std::int64_t{kIndexerTileRows} * (kIndexerTopkUnits + kIndexerTopkWholeRowTiles));
+  const auto bound =
+      static_cast<std::size_t>(rows_chunks) * static_cast<std::size_t>(split.list) * sizeof(std::uint64_t);
   MSA_ASSERT(split.workspace_bytes <= bound);
   return bound;
 }

@@ -124,8 +124,9 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
 }
 
 // Dynamic shared memory above the default: raised only when a larger plan needs it (on the
-// current device), so that a captured call never sets it. The count and scatter kernels (general path) share a grant, the
-// small path's head kernel has its own (the grid path's kernel gets its own in grid_resident).
+// current device), so that a captured call never sets it. The count and scatter kernels
+// (general path) share a grant, the small path's head kernel has its own (the grid path's
+// kernel gets its own in grid_resident).
 void grant_smem(bool small, std::size_t bytes) {
   // The default limit holds static and dynamic shared memory together (the head kernel has
   // some static; the count and scatter kernels have none).
@@ -143,9 +144,8 @@ void grant_smem(bool small, std::size_t bytes) {
   MSA_CUDA_CHECK(cudaGetDevice(&device));
   const bool tracked = device >= 0 && device < 64;
   const std::lock_guard<std::mutex> lock(mutex);
-  std::size_t spare = 0;
-  std::size_t& granted = !tracked ? spare : small ? granted_small[device] : granted_unit[device];
-  if (tracked && bytes <= granted) return;
+  std::size_t* granted = !tracked ? nullptr : small ? &granted_small[device] : &granted_unit[device];
+  if (granted != nullptr && bytes <= *granted) return;
   const auto set = [bytes](auto kernel) {
     MSA_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -156,7 +156,7 @@ void grant_smem(bool small, std::size_t bytes) {
     set(k2q::k2q_count_kernel);
     set(k2q::k2q_scatter_kernel);
   }
-  granted = bytes;
+  if (granted != nullptr) *granted = bytes;
 }
 
 // CTAs of the cooperative paths the current device holds at once (a cooperative launch's
@@ -241,11 +241,13 @@ static std::int64_t unit_q_floor(int topk) { return std::max<std::int64_t>(8, 32
 // - q never goes below min(kMinQPerUnit, the one-warp-pass floor), a constant of the topk.
 static std::int64_t unit_counts_words(const K2qDeviceGeometry& g) {
   const std::int64_t chosen = std::int64_t{g.h_kv} * g.max_units * g.max_blocks;
-  const auto words = [&](std::int64_t q) { return std::int64_t{g.h_kv} * (ceil_div(g.total_q, q) + g.batch) * g.max_blocks; };
+  const auto words = [&](std::int64_t q) {
+    return std::int64_t{g.h_kv} * (ceil_div(g.total_q, q) + g.batch) * g.max_blocks;
+  };
   const std::int64_t q_low = std::min<std::int64_t>(kMinQPerUnit, unit_q_floor(g.topk));
-  const std::int64_t by_budget = std::max<std::int64_t>(
-      kUnitCountsBudget / std::int64_t{sizeof(std::int32_t)},
-      std::int64_t{g.h_kv} * (g.total_q * g.topk + (g.batch + 1) * g.max_blocks));
+  const std::int64_t by_budget =
+      std::max<std::int64_t>(kUnitCountsBudget / std::int64_t{sizeof(std::int32_t)},
+                             std::int64_t{g.h_kv} * (g.total_q * g.topk + (g.batch + 1) * g.max_blocks));
   const std::int64_t bound = std::min(by_budget, words(q_low));
   MSA_ASSERT(chosen <= bound);
   return bound;
