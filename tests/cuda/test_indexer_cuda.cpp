@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/workload.h"
+#include "cuda/indexer/launch.h"
 #include "msa/msa.h"
 #include "tests/support/compare.h"
 #include "tests/support/cuda_cases.h"
@@ -464,12 +465,18 @@ void check_fused(const FusedCase& f) {
   const std::int64_t max_k_len = max_len(f.c.requests) + f.extra_len;
   const std::int64_t cols = std::max<std::int64_t>(1, (max_k_len + 127) / 128);
   const msa::ProblemSize problem{static_cast<std::int64_t>(f.c.requests.size()), w.total_q, max_k_len};
+  // The split the operator plans for this problem (workspace_bytes() is a bound over every smaller
+  // problem too, so it does not tell whether this one splits); the workspace holds its lists.
+  const msa::cuda::IndexerTopkSplit split = msa::cuda::indexer_topk_split(f.c.h_i, f.k, problem);
   const std::size_t ws = msa::IndexerTopK::workspace_bytes(f.c.h_i, f.k, problem, cuda_options());
+  EXPECT_GE(ws, split.workspace_bytes);
   if (f.split == 1) {
-    EXPECT_EQ(ws, 0u) << "expected every row whole in one unit";
+    EXPECT_EQ(split.chunks, 1) << "expected every row whole in one unit";
+    EXPECT_EQ(split.workspace_bytes, 0u);
   }
   if (f.split == 2) {
-    EXPECT_GT(ws, 0u) << "expected rows split over units (the merge)";
+    EXPECT_GT(split.chunks, 1) << "expected rows split over units (the merge)";
+    EXPECT_GT(split.workspace_bytes, 0u);
   }
   const HostTensor want = topk_of(w, run_cuda(w, f.c, cols), f.c.h_i, f.k);
   const HostTensor got = run_fused(w, f, max_k_len);
