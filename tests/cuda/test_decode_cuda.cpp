@@ -143,6 +143,16 @@ std::vector<Case> cases() {
     fp8(c[11], {0.011f}, {0.013f});  // 96 requests: several tiles per CTA
     fp8(c[12], {0.02f, 0.007f, 0.3f, 0.05f}, {0.04f});  // unsplit, sinks
     fp8(c[13], {0.01f}, {0.02f});                       // sibling tiles, split
+    // The FP8 consumers are warps of 16 tile rows: G = 4 (four queries a warp), G = 5 (a query's
+    // rows in two warps, boxes of one row), G = 2 split, Q = 16 at G = 16 (two tiles a request).
+    fp8(c[5], {0.02f}, {0.03f});
+    fp8(c[6], {0.04f, 0.01f}, {0.02f});
+    fp8(c[9], {0.01f}, {0.05f});
+    fp8(c[14], {0.03f}, {0.02f});
+    Case g12 = make_case("fp8_q5_g12_page32", 48, 4, 16, 32, 5, lengths(7, 5, 7000, 18), Selection::kRandom, 18);
+    g12.k_descale = {0.02f};
+    g12.v_descale = {0.03f};
+    c.push_back(g12);
     Case spread = make_case("fp8_q8_g16_spread_q", 64, 4, 16, 128, 8, {3000, 300, 9000}, Selection::kRandom, 13);
     spread.spread_q = true;
     spread.k_descale = {0.015625f};  // powers of two: the reference's dequantised K is exact, so

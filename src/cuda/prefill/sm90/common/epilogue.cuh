@@ -91,6 +91,18 @@ __device__ __forceinline__ RowNorm row_norm(float m, float l, float sink, float 
   return {l > 0.f ? o_scale / l : 0.f, l > 0.f ? (m + __log2f(l)) * kLn2 : -INFINITY};
 }
 
+// Stores the staged box of tile row r (its query's q_box_rows heads from r on, both column
+// halves of `so`) to `dest` with TMA; with kWaitRead it waits until the store has read `so`.
+template <class Traits, bool kWaitRead>
+__device__ __forceinline__ void store_staged_box(const CUtensorMap& o_map, typename Traits::Element* so, int r,
+                                                 const RowDest& dest) {
+#pragma unroll
+  for (int c = 0; c < Traits::kColHalves; ++c)
+    cute::SM90_TMA_STORE_3D::copy(&o_map, so + Traits::q_box_offset(r, c), c * Traits::kBoxCols, dest.h, dest.o_row);
+  cute::tma_store_arrive();
+  if constexpr (kWaitRead) cute::tma_store_wait<0>();  // shared memory read: the buffer may be refilled
+}
+
 // The epilogue of one tile for this consumer warpgroup's 64 rows, into `o_map` (o_partial, or
 // out for final rows) and `lse` (lse_partial, or the caller's lse: may then be null).
 // m_scaled: the row halves' max * scale_log2; row_sum: this thread's part of their sums (the
@@ -130,14 +142,7 @@ __device__ __forceinline__ void store_tile(const PrefillTma& tma, const CUtensor
   const int r = wg * 64 + ct % 128;
   if (ct % 128 < 64 && r % tma.q_box_rows == 0) {
     const RowDest dest = target(r);
-    if (dest.valid) {
-#pragma unroll
-      for (int c = 0; c < Traits::kColHalves; ++c)
-        cute::SM90_TMA_STORE_3D::copy(&o_map, so + Traits::q_box_offset(r, c), c * Traits::kBoxCols, dest.h,
-                                      dest.o_row);
-      cute::tma_store_arrive();
-      if constexpr (kWaitRead) cute::tma_store_wait<0>();  // shared memory read: the buffer may be refilled
-    }
+    if (dest.valid) store_staged_box<Traits, kWaitRead>(o_map, so, r, dest);
   }
 }
 

@@ -19,7 +19,7 @@ namespace msa::cuda::prefill_sm90 {
 
 // The CuTe element an instance computes in (the instantiation list names DTypes): its 16-bit
 // dtype, or bf16 for FP8 E4M3 K/V (the decode's FP8 caches take bf16 queries and write bf16
-// out; K and V are widened to fp16 in shared memory, exactly: Traits::ElementQK, ElementPV).
+// out; its consumers widen K and V to fp16 in registers, tile_union/warp_mma.cuh).
 template <DType kDtype>
 struct ElementOf;
 template <>
@@ -40,9 +40,8 @@ struct ElementOf<DType::kFP8E4M3> {
 // swizzled rows (column halves of 128 rows each), and P V reads V through a transposed (d, token)
 // view, MN-major for WGMMA.
 //
-// kDtype kFP8E4M3 (the decode's FP8 caches, D = 128): q and O are bf16, Q K^T and P V fp16. TMA
-// lands a block's FP8 rows (128 bytes each, 128-byte swizzle) in the back half of its 16-bit
-// stage, where they are widened in place (kv_ring.cuh, widen_fp8_block).
+// kDtype kFP8E4M3 (the decode's FP8 caches, D = 128; WarpMma below): q and O are bf16; TMA lands
+// a block's FP8 rows (128 bytes each, 128-byte swizzle) in a ring stage of their own size.
 template <DType kDtype_, int kHeadDim_>
 struct Traits {
   static constexpr DType kDtype = kDtype_;
@@ -52,6 +51,9 @@ struct Traits {
   static constexpr bool kSkipBlocks = false;
   // Tile-union tiles of up to 128 queries (the prefill's wide instance, WideTiles below).
   static constexpr bool kWideTiles = false;
+  // Tile-union consumers as eight independent warps of 16 rows on mma.sync, reading FP8 K/V
+  // codes straight from the ring (the decode's FP8 instance, WarpMma below).
+  static constexpr bool kWarpMma = false;
   using Element = typename ElementOf<kDtype>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockSize;  // KV tokens per block
@@ -60,20 +62,15 @@ struct Traits {
   static_assert(sizeof(Element) == 2, "16-bit elements: 128-byte swizzle rows of 64 elements");
   static_assert(kHeadDim % 64 == 0, "128-byte swizzle atoms need D a multiple of 64");
 
-  // S = Q K^T: A = Q [M, D] and B = K [N = token, D] both K-major in shared memory. With FP8
-  // K/V both are fp16 there: K widened by the hardware conversion, Q converted by the consumers
-  // under a power-of-two scale (tile_union/kernel.cuh, fp16_q_in_place).
-  using ElementQK = std::conditional_t<kFp8Kv, cute::half_t, Element>;
+  // S = Q K^T: A = Q [M, D] and B = K [N = token, D] both K-major in shared memory.
   using MmaQK = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<ElementQK, ElementQK, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::_16>,
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::_16>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
   // O = P V: A = P from registers (the S accumulator re-typed), B = V seen as [N = d, K = token]
-  // with d contiguous, i.e. MN-major; WGMMA transposes it through the descriptor. With FP8 K/V,
-  // V is widened to fp16 (exactly, in one conversion per two codes) and P V runs in fp16.
-  using ElementPV = std::conditional_t<kFp8Kv, cute::half_t, Element>;
+  // with d contiguous, i.e. MN-major; WGMMA transposes it through the descriptor.
   using MmaPV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<ElementPV, ElementPV, float, cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::_16>,
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::_16>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
 
@@ -103,8 +100,7 @@ struct Traits {
                 "the K tile is not laid out as column halves of 128 swizzled 128-byte rows");
 
   // TMA boxes of K/V as stored: 64 16-bit or 128 FP8 columns (one 128-byte swizzle row) per
-  // box, landing at kv_load_offset bytes into the block (FP8: past kFp8CodesOffset, the 16-bit
-  // block's column half 1, row t's codes where its columns 64-127 go).
+  // box, landing at kv_load_offset bytes into the block (FP8: row t's 128 codes at 128 t).
   static_assert(!kFp8Kv || kHeadDim == 128, "FP8 K/V rows must be one 128-byte swizzle row");
   static constexpr int kKvLoadCols = kFp8Kv ? 128 : kBoxCols;
   static constexpr int kKvLoadBoxes = kHeadDim / kKvLoadCols;
@@ -115,8 +111,9 @@ struct Traits {
   static constexpr std::uint32_t kBlockBytes = kBlockN * kHeadDim * (kFp8Kv ? 1 : sizeof(Element));
   static constexpr int kQElements = cute::cosize_v<SmemLayoutQ>;
   static constexpr int kKvElements = cute::cosize_v<SmemLayoutK>;
-  static constexpr int kFp8CodesOffset = kv_box_offset(0, kColHalves - 1) * static_cast<int>(sizeof(Element));
-  static_assert(!kFp8Kv || kFp8CodesOffset + kBlockBytes == kKvElements * sizeof(Element));
+  // The K/V ring: stages, and elements per K or V stage (the 16-bit block).
+  static constexpr int kRingStages = 2;
+  static constexpr int kStageElements = kKvElements;
 };
 
 // Threads of both kernels: warpgroup 0 is the producer (warp 0 loads K/V with TMA, warps 1-3
@@ -180,6 +177,19 @@ struct SkipBlocks : Base {
 template <class Base>
 struct WideTiles : Base {
   static constexpr bool kWideTiles = true;
+};
+
+// The decode's FP8 instance: its consumers are eight warps of 16 tile rows each (one query's
+// heads at G = 16), each on mma.sync over the blocks its own queries chose, with K and V
+// widened from the ring's FP8 codes in registers (tile_union/warp_mma.cuh). A decode block is
+// mostly one query's: a 64-row WGMMA spent three quarters of its work (and of its softmax) on
+// rows that chose nothing. The ring holds codes only (16 KB a stage), so it is deeper.
+template <class Base>
+struct WarpMma : Base {
+  static_assert(Base::kFp8Kv && Base::kSkipBlocks && Base::kHeadDim == 128);
+  static constexpr bool kWarpMma = true;
+  static constexpr int kRingStages = 5;
+  static constexpr int kStageElements = static_cast<int>(Base::kBlockBytes / sizeof(typename Base::Element));
 };
 
 }  // namespace msa::cuda::prefill_sm90

@@ -16,7 +16,7 @@ __device__ __forceinline__ void issue_qk(const typename Traits::Element* sq, con
   using namespace cute;
   typename Traits::MmaQK mma;
   auto thr = mma.get_slice(ct);
-  using E = typename Traits::ElementQK;
+  using E = typename Traits::Element;
   Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<const E*>(sq)), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(reinterpret_cast<const E*>(sk)), typename Traits::SmemLayoutK{});
   Tensor tSrQ = thr.partition_fragment_A(sQ);
@@ -35,7 +35,7 @@ __device__ __forceinline__ void issue_pv(FragP& frag_p, const typename Traits::E
   using namespace cute;
   typename Traits::MmaPV mma;
   auto thr = mma.get_slice(ct);
-  Tensor sV = make_tensor(make_smem_ptr(reinterpret_cast<const typename Traits::ElementPV*>(sv)),
+  Tensor sV = make_tensor(make_smem_ptr(reinterpret_cast<const typename Traits::Element*>(sv)),
                           typename Traits::SmemLayoutV{});
   Tensor tOrV = thr.partition_fragment_B(sV);
   static_assert(decltype(size<2>(tOrV))::value == decltype(size<2>(frag_p))::value);
@@ -66,7 +66,7 @@ __device__ __forceinline__ auto make_acc_o() {
 template <class Traits>
 __device__ __forceinline__ auto make_frag_p() {
   using namespace cute;
-  return make_tensor<typename Traits::ElementPV>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<Traits::kBlockN / 16>>>{});
+  return make_tensor<typename Traits::Element>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<Traits::kBlockN / 16>>>{});
 }
 
 // The tile rows of this thread's two accumulator row halves (ct: consumer thread 0..255).

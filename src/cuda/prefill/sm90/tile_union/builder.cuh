@@ -4,7 +4,8 @@
 // A tile is q_per_tile consecutive queries of one KV head, their G heads packed into the
 // 128-row M tile (row r = query r / G, head r % G). Its union is the set of (request, block)
 // keys its queries selected (the wide instance: and can see), in a deterministic order: the
-// narrow builders' first-seen order (query-major, slot order), sorted by key where a decode
+// narrow builders' first-seen order (query-major, slot order; slot-major in the decode's FP8
+// instance, builder.cuh build_narrow_list), sorted by key where a decode
 // request spans several tiles; the wide builders' (request, block) order. Every union block's
 // K/V is loaded once for all 128 rows, and a row sees a block's keys only
 // if its query selected it (a membership bit per query) and the causal / k_len limit allows.
@@ -71,6 +72,13 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
                                                   typename TileUnionStorage<Traits>::List& list, int bt) {
   const int topk = p.attn.topk;
   const int n = t.nq * topk;
+  // Entry e's query and slot: query-major (e = i topk + slot), or with Traits::kWarpMma
+  // slot-major (e = slot nq + i), so that the first-seen order takes each query's first choice,
+  // then each one's second, and so on: consecutive union blocks then belong to different
+  // queries, which the warp consumers (one query's rows each) compute side by side, where
+  // query-major runs left each query's blocks to one warp at a time.
+  const auto query_of = [&](int e) { return Traits::kWarpMma ? e % t.nq : e / topk; };
+  const auto slot_of = [&](int e) { return Traits::kWarpMma ? e / t.nq : e % topk; };
   // 1. Each query's request, segment and position (one warp: nq <= 32); the first query of each
   // segment writes the segment's (request, k_len), so every segment a key names is written once.
   if (bt < 32) {
@@ -95,11 +103,11 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
   // 2. Entry keys.
   const std::int32_t* ids = p.topk + std::int64_t(t.kv_head) * p.stride_topk_head;
   for (int e = bt; e < n; e += kBuilderThreads) {
-    const int i = e / topk;
+    const int i = query_of(e);
     const int seg = smem.scratch.q_seg[i];
     const int blocks = (list.seg_klen[seg] + kBlockSize - 1) / kBlockSize;
     smem.scratch.key[e] =
-        union_key::of_id(seg, ids[std::int64_t(t.q0 + i) * p.stride_topk_token + (e - i * topk)], blocks);
+        union_key::of_id(seg, ids[std::int64_t(t.q0 + i) * p.stride_topk_token + slot_of(e)], blocks);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 3. Each entry's first occurrence: every key goes into an open-addressing table whose slot keeps
@@ -175,7 +183,7 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
   // chunks on valid pages.
   for (int e = bt; e < n; e += kBuilderThreads) {
     const int f = smem.scratch.first[e];
-    if (f >= 0) atomicOr(&list.members[smem.scratch.rank[f]][0], 1u << (e / topk));
+    if (f >= 0) atomicOr(&list.members[smem.scratch.rank[f]][0], 1u << query_of(e));
   }
   for (int u = list.begin + bt; u < list.end; u += kBuilderThreads) {
     const std::int32_t key = list.block[u];

@@ -61,7 +61,8 @@ struct WideScratch {
 static_assert(kTileUnionMaxVisibleBlocks < 65536, "word_base holds ranks in 16 bits");
 
 // Q buffers: two (the next tile's Q gathered while this one computes), one with FP8 K/V (the
-// decode, about one tile per CTA: two measured no faster, docs/performance.md step 24).
+// decode, about one tile per CTA: two measured no faster, docs/performance.md step 24), whose
+// shared memory goes to the deeper ring instead.
 template <class Traits>
 inline constexpr int kQBuffers = Traits::kFp8Kv ? 1 : 2;
 
@@ -74,7 +75,6 @@ struct TileUnionStorage {
   alignas(1024) Element q[kQBuffers<Traits>][Traits::kQElements];  // [row, d] swizzled, then O
   List list[2];
   Scratch scratch;                           // the builders', for the tile being built
-  std::uint32_t q_absmax[2][4];              // FP8 K/V: each consumer warp's largest |q| bits (fp16_q_in_place)
   alignas(8) std::uint64_t q_full[2];        // TMA bytes
   std::uint64_t q_empty[2];                  // 256, after the O stores read it
   std::uint64_t list_full[2];                // 96 builder arrivals

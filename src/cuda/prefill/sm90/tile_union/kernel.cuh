@@ -5,19 +5,16 @@
 //
 // Producer warpgroup (40 registers):
 //   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
-//     tile's list / Q buffer (double buffered: tile i + 1 is built while tile i computes); with
-//     FP8 K/V they also widen the K of every block the loader landed to fp16 (widen_tile);
+//     tile's list / Q buffer (double buffered: tile i + 1 is built while tile i computes);
 //   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
-// while that P V still runs; with FP8 K/V they then widen V(u) to fp16 together (widen_landed),
-// having converted their Q rows to fp16 once per tile (fp16_q_in_place);
-// with Traits::kSkipBlocks (the decode) a warpgroup skips the blocks that no query of its rows
-// chose. The WGMMA issue alternates between them (Turn), so one's softmax runs while the
-// other's GEMMs occupy the tensor cores.
+// while that P V still runs; with Traits::kSkipBlocks (the decode) a warpgroup skips the
+// blocks that no query of its rows chose. The WGMMA issue alternates between them (Turn), so
+// one's softmax runs while the other's GEMMs occupy the tensor cores. The decode's FP8 instance
+// (Traits::kWarpMma) has eight consumer warps on mma.sync instead (warp_mma.cuh).
 //
-// Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh, with
-// FP8 K/V its codes-landed barriers too), and
+// Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
 //   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer + 32 loader arrivals)
 //   q_full[kQBuffers] (TMA bytes)        q_empty[kQBuffers] (256, after the O stores read it)
 #pragma once
@@ -37,6 +34,7 @@
 #include "cuda/prefill/sm90/tile_union/builder.cuh"
 #include "cuda/prefill/sm90/tile_union/config.h"
 #include "cuda/prefill/sm90/tile_union/params.h"
+#include "cuda/prefill/sm90/tile_union/warp_mma.cuh"
 
 namespace msa::cuda::prefill_sm90 {
 
@@ -50,58 +48,25 @@ __device__ __forceinline__ auto tile_schedule(const TileUnionParams& p) {
     return TileListSchedule{p.tiles, p.attn.h_kv, p.tile_list, p.tile_count};
 }
 
-// FP8 K/V: widens the K of union entries [u_from, u_to) of `list` (the blocks the loader lands,
-// in list order; `use` counts the ring's blocks). K rows past the block's tokens become zeros
-// (the key limits hide them anyway). The consumers widen V themselves: three 40-register warps
-// widening both bounded an FP8 block (docs/performance.md, steps 14f and 23).
-template <class Traits>
-__device__ __forceinline__ void widen_tile(TileUnionStorage<Traits>& smem,
-                                           const typename TileUnionStorage<Traits>::List& list, int u_from, int u_to,
-                                           std::uint32_t& use, int bt) {
-  for (int u = u_from; u < u_to; ++u, ++use)
-    widen_landed<Traits, false, kBuilderThreads>(smem.kv, use, max(0, union_entry(list, u).tokens), bt);
-}
-
 template <class Traits>
 __device__ __forceinline__ void builders(const TileUnionParams& p, const PrefillTma& tma,
                                          TileUnionStorage<Traits>& smem) {
   const auto sched = tile_schedule<Traits>(p);
   std::uint32_t iter = 0;
-  std::uint32_t use = 0;  // FP8: ring blocks widened
-  int prev_u = 0, prev_end = 0;  // FP8: the previous tile's entries not widened yet
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
     const Tile t = make_tile(p, sched.tile(pos));
     const int bt = opaque_tid() - 32;
-    // FP8: the previous tile's first blocks are widened as soon as they land, the rest after
-    // this tile's list is built. Building waits for the tile two back to finish, which needed
-    // only blocks widened before; the previous tile's list stays readable until its consumers
-    // finish. The one Q buffer frees when the previous tile has finished, so its Q is gathered
-    // last.
+    // Q first (it needs no list: its latency hides behind the union build), once the tile
+    // kQBuffers back has stored its O from the buffer.
     const int qb = stage_of(iter, kQBuffers<Traits>);
-    const auto gather_q = [&] {
-      Barrier64::wait(&smem.q_empty[qb], parity_of(iter, kQBuffers<Traits>) ^ 1u);
-      load_q<Traits>(p, tma, t, smem.q[qb], &smem.q_full[qb], bt);
-    };
-    if constexpr (Traits::kFp8Kv) {
-      const int to = min(prev_end, prev_u + kStages);
-      widen_tile(smem, smem.list[buf ^ 1], prev_u, to, use, bt);
-      prev_u = to;
-    } else {
-      gather_q();  // needs no list: issued first, its latency hides behind the union build
-    }
+    Barrier64::wait(&smem.q_empty[qb], parity_of(iter, kQBuffers<Traits>) ^ 1u);
+    load_q<Traits>(p, tma, t, smem.q[qb], &smem.q_full[qb], bt);
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
     build_list(p, t, smem, smem.list[buf], bt);
     Barrier64::arrive(&smem.list_full[buf]);
-    if constexpr (Traits::kFp8Kv) {
-      widen_tile(smem, smem.list[buf ^ 1], prev_u, prev_end, use, bt);
-      prev_u = smem.list[buf].begin;
-      prev_end = smem.list[buf].end;
-      gather_q();
-    }
     ++iter;
   }
-  if constexpr (Traits::kFp8Kv) widen_tile(smem, smem.list[(iter & 1u) ^ 1u], prev_u, prev_end, use, opaque_tid() - 32);
 }
 
 // Every union block of every tile, in list order, once the builders published the list. The
@@ -128,70 +93,11 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
   }
 }
 
-// FP8 K/V: converts this consumer warpgroup's 64 Q rows (bf16, as TMA landed them) to fp16 in
-// place for Q K^T in fp16 (K is widened to fp16), each times 2^e, e chosen so that the largest
-// finite |q| of its rows below `rows` (the tile's valid rows; padding rows hold stale bytes and
-// are converted but not measured) lies in [2^14, 2^15): no finite value overflows, infinities and
-// NaN stay what they are, and every element down to 2^-24 of that largest is exact (bf16 has 8
-// significant bits, fp16 11, and subnormals reach 2^-24). e = 0 when every finite |q| is 0. The
-// caller folds 2^-e into the scores' scale (exact). 128 threads, this one t; `scratch` holds the
-// warps' maxima.
+// The two consumer warpgroups on WGMMA (every instance but the decode's FP8 one).
 template <class Traits>
-__device__ __forceinline__ int fp16_q_in_place(typename Traits::Element* sq, int wg, int t, int rows,
-                                               std::uint32_t (&scratch)[4]) {
-  static_assert(Traits::kFp8Kv && Traits::kColHalves == 2 && Traits::kBoxCols == 64);
-  constexpr std::uint32_t kHalfBytes = Traits::kTileM * 128;  // one column half of the tile
-  constexpr int kChunks = 8;                                  // 2 halves x 64 rows x 128 B / 16 B / 128
-  const std::uint32_t base = static_cast<std::uint32_t>(__cvta_generic_to_shared(sq)) + wg * 64 * 128;
-  const auto at = [&](int k) {  // chunk t + 128 k: column half k / 4, 16 bytes of row (t + 128 k) % 512 / 8
-    const int idx = t + 128 * k;
-    return base + (idx / 512) * kHalfBytes + (idx % 512) * 16;
-  };
-  uint4 v[kChunks];
-  std::uint32_t mx = 0;
-#pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
-                 : "r"(at(k))
-                 : "memory");
-    if (wg * 64 + ((t + 128 * k) % 512) / 8 < rows) {
-      for (const std::uint32_t w : {v[k].x, v[k].y, v[k].z, v[k].w}) {
-        const std::uint32_t lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;  // |q| bits; 0x7f80 and up: inf, NaN
-        mx = max(mx, max(lo < 0x7f80u ? lo : 0u, hi < 0x7f80u ? hi : 0u));
-      }
-    }
-  }
-  mx = __reduce_max_sync(0xffffffffu, mx);
-  if (t % 32 == 0) scratch[t / 32] = mx;
-  named_barrier_sync(kEpilogue0 + wg, 128);
-  mx = max(max(scratch[0], scratch[1]), max(scratch[2], scratch[3]));
-  int e = 0;
-  // The largest's biased exponent x in [1, 254] (subnormals as 1): e = 14 - (x - 127) lies in
-  // [-113, 140]; capped at 126 so that 2^e and 2^-e stay normal floats (rows below 2^-112 then
-  // keep their largest under 2^14, still exact for bf16 subnormals).
-  if (mx != 0u) e = min(141 - max(static_cast<int>(mx >> 7), 1), 126);
-  const float f = __int_as_float((e + 127) << 23);  // 2^e
-#pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    std::uint32_t o[4];
-    const std::uint32_t in[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float lo = __uint_as_float(in[j] << 16) * f, hi = __uint_as_float(in[j] & 0xffff0000u) * f;
-      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(o[j]) : "f"(hi), "f"(lo));
-    }
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(at(k)), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3])
-                 : "memory");
-  }
-  cutlass::arch::fence_view_async_shared();  // the stores, visible to WGMMA
-  named_barrier_sync(kEpilogue0 + wg, 128);  // every row converted (and scratch read) before the first QK
-  return e;
-}
-
-template <class Traits>
-__device__ __forceinline__ void consumers(const TileUnionParams& p, const PrefillTma& tma,
-                                          TileUnionStorage<Traits>& smem, int ct) {
+__device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const PrefillTma& tma,
+                                                TileUnionStorage<Traits>& smem, int ct) {
+  static_assert(!Traits::kFp8Kv, "FP8 K/V: warp_consumers");
   const int group = p.attn.group;
   const Turn turn{ct / 128};
   turn.start();
@@ -229,11 +135,6 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       const int first = turn.wg * 64, last = min(turn.wg * 64 + 63, t.nq * group - 1);
       for (int qi = first / group; first <= last && qi <= last / group; ++qi) wg_queries |= 1u << qi;
     }
-    // FP8 K/V: this thread's share of widening block u's V (the builders widen K).
-    auto widen_v = [&](int u) {
-      if constexpr (Traits::kFp8Kv)
-        widen_landed<Traits, true, kConsumerThreads>(smem.kv, use + u, max(0, union_entry(list, u0 + u).tokens), ct);
-    };
     auto key_limits = [&](int u, int(&limit)[2]) {
       const UnionEntry e = union_entry(list, u0 + u);
       const std::uint32_t members = list.members[u0 + u][0];
@@ -247,15 +148,6 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
     const int qb = stage_of(iter, kQBuffers<Traits>);
     Barrier64::wait(&smem.q_full[qb], parity_of(iter, kQBuffers<Traits>));
     const typename Traits::Element* sq = smem.q[qb];
-    // FP8 K/V: k_descale scales every score of the tile's KV head, and 2^-e undoes the scale of
-    // this warpgroup's fp16 Q; v_descale scales its O.
-    float fp8_scale_log2 = 0.f, o_scale = 1.f;
-    if constexpr (Traits::kFp8Kv) {
-      const int e = fp16_q_in_place<Traits>(smem.q[qb], turn.wg, ct % 128, t.nq * group, smem.q_absmax[turn.wg]);
-      fp8_scale_log2 = p.attn.scale_log2 * p.attn.k_descale[t.kv_head * p.attn.k_descale_stride] *
-                       __int_as_float((127 - e) << 23);  // 2^-e, e in [-113, 126]
-      o_scale = p.attn.v_descale[t.kv_head * p.attn.v_descale_stride];
-    }
 
     auto acc_o = make_acc_o<Traits>();
     cute::clear(acc_o);
@@ -296,7 +188,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
           Barrier64::arrive(&smem.kv.k_empty[s]);
           int limit[2];
           key_limits(u, limit);
-          softmax_fold(acc_s, limit, list.chunks[u0 + u], Traits::kFp8Kv ? fp8_scale_log2 : p.attn.scale_log2, st,
+          softmax_fold(acc_s, limit, list.chunks[u0 + u], p.attn.scale_log2, st,
                        ct, alpha);
         }
         if constexpr (kPv) {
@@ -307,7 +199,6 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
         }
         if constexpr (kQk) {
           softmax_apply(acc_s, frag_p, acc_o, alpha);
-          if constexpr (Traits::kFp8Kv) widen_v(u);
         }
       };
       // Turn u (u = 0..n, the same count in both warpgroups and in both loops below) takes
@@ -345,13 +236,7 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
               const int s = static_cast<int>((use + u) & 1u);
               Barrier64::wait(&smem.kv.k_full[s], phase_of(use + u));
               Barrier64::arrive(&smem.kv.k_empty[s]);
-              // FP8: this warpgroup's share of the V still has to be widened for the other's.
-              // Its arrival on v_empty then follows its own v_full arrival, after the stage's
-              // previous use completed: it counts towards this use.
-              if constexpr (Traits::kFp8Kv)
-                widen_v(u);
-              else
-                Barrier64::wait(&smem.kv.v_full[s], phase_of(use + u));
+              Barrier64::wait(&smem.kv.v_full[s], phase_of(use + u));
               Barrier64::arrive(&smem.kv.v_empty[s]);
             }
           }
@@ -382,11 +267,20 @@ __device__ __forceinline__ void consumers(const TileUnionParams& p, const Prefil
       }
     }
     store_tile<Traits, true, true>(tma, final_rows ? tma.out : tma.o_partial, acc_o, st.m, st.l, sink, smem.q[qb],
-                                   final_rows ? p.attn.lse : p.attn.lse_partial, opaque_tid() - 128, target, o_scale);
+                                   final_rows ? p.attn.lse : p.attn.lse_partial, opaque_tid() - 128, target);
     Barrier64::arrive(&smem.q_empty[qb]);
     ++iter;
   }
   turn.finish();
+}
+
+template <class Traits>
+__device__ __forceinline__ void consumers(const TileUnionParams& p, const PrefillTma& tma,
+                                          TileUnionStorage<Traits>& smem, int ct) {
+  if constexpr (Traits::kWarpMma)
+    warp_consumers<Traits>(p, tma, smem, ct, tile_schedule<Traits>(p));
+  else
+    wgmma_consumers<Traits>(p, tma, smem, ct);
 }
 
 }  // namespace msa::cuda::prefill_sm90

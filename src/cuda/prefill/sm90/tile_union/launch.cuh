@@ -22,8 +22,13 @@ template <DType kDtype, int kHeadDim, TileUnionUse kUse>
 void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
                        cudaStream_t stream) {
   using Base = prefill_sm90::Traits<kDtype, kHeadDim>;
+  // The decode's instances skip blocks; its FP8 one (FP8 K/V are the decode's only) runs warp
+  // consumers on mma.sync.
+  static_assert(!Base::kFp8Kv || kUse == TileUnionUse::kDecode);
+  using Decode = std::conditional_t<Base::kFp8Kv, prefill_sm90::WarpMma<prefill_sm90::SkipBlocks<Base>>,
+                                    prefill_sm90::SkipBlocks<Base>>;
   using Traits =
-      std::conditional_t<kUse == TileUnionUse::kDecode, prefill_sm90::SkipBlocks<Base>,
+      std::conditional_t<kUse == TileUnionUse::kDecode, Decode,
                          std::conditional_t<kUse == TileUnionUse::kWidePrefill, prefill_sm90::WideTiles<Base>, Base>>;
   constexpr bool kWide = Traits::kWideTiles;
   using Storage = prefill_sm90::TileUnionStorage<Traits>;
