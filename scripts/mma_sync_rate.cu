@@ -2,7 +2,9 @@
 // rows (G = 16 heads) would run per block it chose (docs/performance.md, step 51, next
 // experiment 3): S = Q K^T (16 x 128 keys, d = 128), a row softmax (max, exp2, sum), and
 // O += P V (16 x 128), bf16 operands, FP32 accumulation, K and V fragments by ldmatrix from
-// shared memory (V transposed by ldmatrix.trans). Each CTA (one per SM) runs 1-8 such warps
+// shared memory (V transposed by ldmatrix.trans), laid out as the kernel's ring holds them: two
+// column halves of 128-byte rows, each row's 16-byte chunks swizzled (chunk j at j ^ (row % 8)),
+// so the addressing is the one such a consumer would use. Each CTA (one per SM) runs 1-8 such warps
 // on one K / V tile pair, `iters` steps each. Printed per warp count: cycles per step of one
 // warp (clock64, CTA 0, warp 0), steps per microsecond per SM, and TFLOP/s (CUDA events).
 // First it checks one step's O against a host computation of the same softmax (base 2), so
@@ -18,9 +20,14 @@
 namespace {
 
 constexpr int kKeys = 128, kDim = 128;
-constexpr int kPitch = kDim + 8;                            // bf16 elements a row: 272 bytes, no bank conflicts
-constexpr int kTileBytes = kKeys * kPitch * 2;              // one K or V tile
-constexpr int kSmemBytes = 2 * kTileBytes + 16 * kPitch * 2;  // K, V and Q (16 rows)
+constexpr int kTileBytes = kKeys * kDim * 2;              // one K or V tile
+constexpr int kSmemBytes = 2 * kTileBytes + 16 * kDim * 2;  // K, V and Q (16 rows)
+
+// Element offset of (row r, column col) in a tile of `rows` rows: column half col / 64, then
+// row r's 128 bytes, its 16-byte chunk (col % 64) / 8 at that XOR (r % 8).
+__host__ __device__ inline int swizzled(int rows, int r, int col) {
+  return (col / 64) * rows * 64 + r * 64 + ((((col % 64) / 8) ^ (r % 8)) * 8) + col % 8;
+}
 
 // The step's inputs (exactly representable in bf16; scores within a few units).
 __host__ __device__ inline float q_at(int r, int c) { return 0.0625f * ((r * 7 + c * 3) % 11 - 5); }
@@ -56,15 +63,15 @@ __device__ __forceinline__ float ex2(float x) {
 }
 
 __global__ void __launch_bounds__(256, 1) bench(int iters, long long* cycles, float* sink, float* out) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // K [key, d], V [key, d] and Q [row, d], rows kPitch apart.
+  // K [key, d], V [key, d] and Q [row, d], swizzled.
   auto* kv = reinterpret_cast<__nv_bfloat16*>(smem);
   for (int i = threadIdx.x; i < kKeys * kDim; i += blockDim.x) {
     const int key = i / kDim, d = i % kDim;
-    kv[key * kPitch + d] = __float2bfloat16(k_at(key, d));
-    kv[kKeys * kPitch + key * kPitch + d] = __float2bfloat16(v_at(key, d));
-    if (key < 16) kv[2 * kKeys * kPitch + key * kPitch + d] = __float2bfloat16(q_at(key, d));
+    kv[swizzled(kKeys, key, d)] = __float2bfloat16(k_at(key, d));
+    kv[kKeys * kDim + swizzled(kKeys, key, d)] = __float2bfloat16(v_at(key, d));
+    if (key < 16) kv[2 * kKeys * kDim + swizzled(16, key, d)] = __float2bfloat16(q_at(key, d));
   }
   __syncthreads();
   const auto base = static_cast<std::uint32_t>(__cvta_generic_to_shared(kv));
@@ -75,7 +82,7 @@ __global__ void __launch_bounds__(256, 1) bench(int iters, long long* cycles, fl
   // (rows 0-7, d hi), (rows 8-15, d hi) of each 16-wide d step.
   std::uint32_t q[kDim / 16][4];
 #pragma unroll
-  for (int kd = 0; kd < kDim / 16; ++kd) ldsm_x4(q_base + (((mat % 2) * 8 + r8) * kPitch + kd * 16 + (mat / 2) * 8) * 2, q[kd]);
+  for (int kd = 0; kd < kDim / 16; ++kd) ldsm_x4(q_base + swizzled(16, (mat % 2) * 8 + r8, kd * 16 + (mat / 2) * 8) * 2, q[kd]);
   float o[kDim / 8][4] = {};
   float row_max[2] = {-1e30f, -1e30f}, row_sum[2] = {0.f, 0.f};
   const long long t0 = clock64();
@@ -89,7 +96,7 @@ __global__ void __launch_bounds__(256, 1) bench(int iters, long long* cycles, fl
       for (int n = 0; n < kKeys / 8; n += 2) {
         const int key = n * 8 + (mat / 2) * 8 + r8, col = kd * 16 + (mat % 2) * 8;
         std::uint32_t b[4];
-        ldsm_x4(k_base + (key * kPitch + col) * 2, b);
+        ldsm_x4(k_base + swizzled(kKeys, key, col) * 2, b);
         mma(s[n], q[kd], b[0], b[1]);
         mma(s[n + 1], q[kd], b[2], b[3]);
       }
@@ -134,7 +141,7 @@ __global__ void __launch_bounds__(256, 1) bench(int iters, long long* cycles, fl
       for (int n = 0; n < kDim / 8; n += 2) {
         const int key = kk * 16 + (mat % 2) * 8 + r8, col = n * 8 + (mat / 2) * 8;
         std::uint32_t b[4];
-        ldsm_x4_t(v_base + (key * kPitch + col) * 2, b);
+        ldsm_x4_t(v_base + swizzled(kKeys, key, col) * 2, b);
         mma(o[n], a, b[0], b[1]);
         mma(o[n + 1], a, b[2], b[3]);
       }
