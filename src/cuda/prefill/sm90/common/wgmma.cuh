@@ -35,8 +35,8 @@ __device__ __forceinline__ void issue_pv(FragP& frag_p, const typename Traits::E
   using namespace cute;
   typename Traits::MmaPV mma;
   auto thr = mma.get_slice(ct);
-  Tensor sV = make_tensor(make_smem_ptr(reinterpret_cast<const typename Traits::Element*>(sv)),
-                          typename Traits::SmemLayoutV{});
+  Tensor sV =
+      make_tensor(make_smem_ptr(reinterpret_cast<const typename Traits::Element*>(sv)), typename Traits::SmemLayoutV{});
   Tensor tOrV = thr.partition_fragment_B(sV);
   static_assert(decltype(size<2>(tOrV))::value == decltype(size<2>(frag_p))::value);
   mma.accumulate_ = kAccumulate ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;

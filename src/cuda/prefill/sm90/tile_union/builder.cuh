@@ -106,8 +106,7 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
     const int i = query_of(e);
     const int seg = smem.scratch.q_seg[i];
     const int blocks = (list.seg_klen[seg] + kBlockSize - 1) / kBlockSize;
-    smem.scratch.key[e] =
-        union_key::of_id(seg, ids[std::int64_t(t.q0 + i) * p.stride_topk_token + slot_of(e)], blocks);
+    smem.scratch.key[e] = union_key::of_id(seg, ids[std::int64_t(t.q0 + i) * p.stride_topk_token + slot_of(e)], blocks);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 3. Each entry's first occurrence: every key goes into an open-addressing table whose slot keeps

@@ -188,8 +188,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
           Barrier64::arrive(&smem.kv.k_empty[s]);
           int limit[2];
           key_limits(u, limit);
-          softmax_fold(acc_s, limit, list.chunks[u0 + u], p.attn.scale_log2, st,
-                       ct, alpha);
+          softmax_fold(acc_s, limit, list.chunks[u0 + u], p.attn.scale_log2, st, ct, alpha);
         }
         if constexpr (kPv) {
           cute::warpgroup_wait<0>();

@@ -165,15 +165,15 @@ __device__ __forceinline__ void warp_consumers(const TileUnionParams& p, const P
       }
     }
     // k_descale scales every score of the KV head, 2^-e undoes Q's scale; v_descale scales O.
-    const float score_scale = p.attn.scale_log2 * p.attn.k_descale[t.kv_head * p.attn.k_descale_stride] *
-                              __int_as_float((127 - e) << 23);
+    const float score_scale =
+        p.attn.scale_log2 * p.attn.k_descale[t.kv_head * p.attn.k_descale_stride] * __int_as_float((127 - e) << 23);
     const float o_scale = p.attn.v_descale[t.kv_head * p.attn.v_descale_stride];
 
     float o[16][4];
 #pragma unroll
     for (int m = 0; m < 16; ++m) o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.f;
     float m_run[2] = {-INFINITY, -INFINITY};  // running max times score_scale
-    float l_run[2] = {0.f, 0.f};               // this thread's part of the running sums
+    float l_run[2] = {0.f, 0.f};              // this thread's part of the running sums
 
 #pragma unroll 1
     for (int u = 0; u < n; ++u) {
@@ -202,7 +202,8 @@ __device__ __forceinline__ void warp_consumers(const TileUnionParams& p, const P
       for (int h = 0; h < 2; ++h)
         limit[h] = (members & row_bit[h]) != 0u ? max(0, min(tokens, row_pos[h] - ent.block_start + 1)) : 0;
       const std::uint32_t chunks = list.chunks[u0 + u];
-      const bool whole = __all_sync(0xffffffffu, limit[0] == kBlockSize && limit[1] == kBlockSize) && chunks == kAllChunks;
+      const bool whole =
+          __all_sync(0xffffffffu, limit[0] == kBlockSize && limit[1] == kBlockSize) && chunks == kAllChunks;
 #pragma unroll 1
       for (int kh = 0; kh < 2; ++kh) {
         // S = Q K^T over keys 64 kh + [0, 64): n-tile i is keys 64 kh + 8 i ..; this thread loads
