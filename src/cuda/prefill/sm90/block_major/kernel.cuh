@@ -118,6 +118,7 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
   int pending = -1;  // Q buffer whose stores may still be reading it
   // The next item's row count, read an item ahead.
   int rows = blockIdx.x < count ? sched.item(blockIdx.x).q_count * p.attn.group : 0;
+  static_assert(Traits::kRingStages == kStages, "stages taken as use & 1");
   for (const int pos : sched.mine()) {
     const int s = static_cast<int>(use & 1u);
     const int steps = item_steps<Traits>(rows);

@@ -42,6 +42,10 @@ struct ElementOf<DType::kFP8E4M3> {
 //
 // kDtype kFP8E4M3 (the decode's FP8 caches, D = 128; WarpMma below): q and O are bf16; TMA lands
 // a block's FP8 rows (128 bytes each, 128-byte swizzle) in a ring stage of their own size.
+// The 16-bit K/V ring's depth (Traits::kRingStages): the WGMMA consumers of both kernels take
+// stage use & 1 and parity phase_of(use).
+constexpr int kStages = 2;
+
 template <DType kDtype_, int kHeadDim_>
 struct Traits {
   static constexpr DType kDtype = kDtype_;
@@ -112,7 +116,7 @@ struct Traits {
   static constexpr int kQElements = cute::cosize_v<SmemLayoutQ>;
   static constexpr int kKvElements = cute::cosize_v<SmemLayoutK>;
   // The K/V ring: stages, and elements per K or V stage (the 16-bit block).
-  static constexpr int kRingStages = 2;
+  static constexpr int kRingStages = kStages;
   static constexpr int kStageElements = kKvElements;
 };
 
@@ -124,7 +128,6 @@ constexpr int kBuilderThreads = 96;
 // Registers after setmaxnreg: 2 x 128 x 232 + 128 x 40 = 64,512 of the SM's 65,536.
 constexpr int kConsumerRegs = 232;
 constexpr int kProducerRegs = 40;
-constexpr int kStages = 2;  // K and V ring depth
 
 // Named barriers (0 is __syncthreads, unused after the prologue).
 enum Barrier : int {

@@ -98,6 +98,7 @@ template <class Traits>
 __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const PrefillTma& tma,
                                                 TileUnionStorage<Traits>& smem, int ct) {
   static_assert(!Traits::kFp8Kv, "FP8 K/V: warp_consumers");
+  static_assert(Traits::kRingStages == kStages, "stages taken as use & 1");
   const int group = p.attn.group;
   const Turn turn{ct / 128};
   turn.start();
