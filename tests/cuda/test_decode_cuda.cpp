@@ -153,6 +153,23 @@ std::vector<Case> cases() {
     g12.k_descale = {0.02f};
     g12.v_descale = {0.03f};
     c.push_back(g12);
+    // Tiles of fewer than eight row groups share each group's blocks among the spare warps (ways):
+    // Q = 3 (three groups a request: two ways, two idle warps; split, sinks), Q = 6 (two
+    // requests' rows or one's: six groups, one way, or three), Q = 1 at G = 8 (eight ways on
+    // half a group), all with NaN codes in the tails.
+    Case w3 = make_case("fp8_q3_g16_ways_sinks", 64, 4, 16, 128, 3, lengths(5, 3, 40000, 19), Selection::kRandom, 19);
+    w3.spec.sinks = true;
+    w3.k_descale = {0.02f, 0.01f, 0.03f, 0.04f};
+    w3.v_descale = {0.03f};
+    c.push_back(w3);
+    Case w6 = make_case("fp8_q6_g16_ways", 64, 4, 16, 64, 6, lengths(11, 6, 9000, 20), Selection::kClustered, 20);
+    w6.k_descale = {0.015f};
+    w6.v_descale = {0.02f, 0.05f, 0.01f, 0.03f};
+    c.push_back(w6);
+    Case w1 = make_case("fp8_b3_q1_g8_ways_split", 32, 4, 16, 128, 1, {70000, 1, 129}, Selection::kRandom, 21);
+    w1.k_descale = {0.02f};
+    w1.v_descale = {0.03f};
+    c.push_back(w1);
     Case spread = make_case("fp8_q8_g16_spread_q", 64, 4, 16, 128, 8, {3000, 300, 9000}, Selection::kRandom, 13);
     spread.spread_q = true;
     spread.k_descale = {0.015625f};  // powers of two: the reference's dequantised K is exact, so

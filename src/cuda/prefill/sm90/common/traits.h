@@ -58,6 +58,7 @@ struct Traits {
   // Tile-union consumers as eight independent warps of 16 rows on mma.sync, reading FP8 K/V
   // codes straight from the ring (the decode's FP8 instance, WarpMma below).
   static constexpr bool kWarpMma = false;
+  static constexpr bool kWays = false;  // WarpMma<Base, true> only
   using Element = typename ElementOf<kDtype>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockSize;  // KV tokens per block
@@ -134,6 +135,7 @@ enum Barrier : int {
   kBuilders = 1,   // the 96 builder threads
   kTurn0 = 2,      // kTurn0 + w: consumer warpgroup w's turn to issue WGMMAs (256 threads)
   kEpilogue0 = 4,  // kEpilogue0 + w: warpgroup w's staged O rows are complete (128 threads)
+  kWayMerge = 6,   // the warp consumers' ways have published their states (256 threads)
 };
 
 // Dynamic shared memory is only promised 16-byte alignment; kernels round the base up to the
@@ -187,10 +189,13 @@ struct WideTiles : Base {
 // widened from the ring's FP8 codes in registers (tile_union/warp_mma.cuh). A decode block is
 // mostly one query's: a 64-row WGMMA spent three quarters of its work (and of its softmax) on
 // rows that chose nothing. The ring holds codes only (16 KB a stage), so it is deeper.
-template <class Base>
+// kWaysArg: the instance whose tiles of at most 64 rows share each row group's blocks among the
+// spare warps (ways, warp_mma.cuh); the launcher takes it where a tile has at most 64 rows.
+template <class Base, bool kWaysArg = false>
 struct WarpMma : Base {
   static_assert(Base::kFp8Kv && Base::kSkipBlocks && Base::kHeadDim == 128);
   static constexpr bool kWarpMma = true;
+  static constexpr bool kWays = kWaysArg;
   static constexpr int kRingStages = 5;
   static constexpr int kStageElements = static_cast<int>(Base::kBlockBytes / sizeof(typename Base::Element));
 };

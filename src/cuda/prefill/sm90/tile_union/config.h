@@ -79,6 +79,8 @@ struct TileUnionStorage {
   std::uint64_t q_empty[2];                  // 256, after the O stores read it
   std::uint64_t list_full[2];                // 96 builder arrivals
   std::uint64_t list_empty[2];               // 256 consumer + 32 loader arrivals, each after its last read
+  // kWays: (running max, sum) of the rows of the ways other than 0, per slot (warp_mma.cuh).
+  float2 merge_ml[Traits::kWays ? 7 : 1][16];
 
   // One thread, before the CTA barrier.
   __device__ void init() {

@@ -18,18 +18,12 @@
 
 namespace msa::cuda {
 
-template <DType kDtype, int kHeadDim, TileUnionUse kUse>
-void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
-                       cudaStream_t stream) {
-  using Base = prefill_sm90::Traits<kDtype, kHeadDim>;
-  // The decode's instances skip blocks; its FP8 one (FP8 K/V are the decode's only) runs warp
-  // consumers on mma.sync.
-  static_assert(!Base::kFp8Kv || kUse == TileUnionUse::kDecode);
-  using Decode = std::conditional_t<Base::kFp8Kv, prefill_sm90::WarpMma<prefill_sm90::SkipBlocks<Base>>,
-                                    prefill_sm90::SkipBlocks<Base>>;
-  using Traits =
-      std::conditional_t<kUse == TileUnionUse::kDecode, Decode,
-                         std::conditional_t<kUse == TileUnionUse::kWidePrefill, prefill_sm90::WideTiles<Base>, Base>>;
+namespace tile_union_detail {
+
+// One kernel of an instance: its checks, its shared-memory attribute (once per device) and launch.
+template <class Traits>
+void launch_kernel(const prefill_sm90::TileUnionParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
+                   cudaStream_t stream) {
   constexpr bool kWide = Traits::kWideTiles;
   using Storage = prefill_sm90::TileUnionStorage<Traits>;
   constexpr auto* kernel = prefill_sm90::prefill_kernel<Traits, prefill_sm90::TileUnionParams, Storage>;
@@ -60,6 +54,30 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(p.tiles, sm_count));
   launch_pdl(kernel, LaunchShape{dim3(grid), dim3(prefill_sm90::kThreads), smem}, stream, /*programmatic=*/true, p,
              tma);
+}
+
+}  // namespace tile_union_detail
+
+template <DType kDtype, int kHeadDim, TileUnionUse kUse>
+void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
+                       cudaStream_t stream) {
+  using Base = prefill_sm90::Traits<kDtype, kHeadDim>;
+  // The decode's instances skip blocks; its FP8 one (FP8 K/V are the decode's only) runs warp
+  // consumers on mma.sync, as two kernels: tiles of at most 64 rows (Q x G small, or few
+  // requests a tile) on the one with ways (warp_mma.cuh), the others on the one without.
+  static_assert(!Base::kFp8Kv || kUse == TileUnionUse::kDecode);
+  if constexpr (Base::kFp8Kv) {
+    using Fp8 = prefill_sm90::SkipBlocks<Base>;
+    if (std::int64_t(p.q_per_tile) * p.attn.group <= 64)
+      tile_union_detail::launch_kernel<prefill_sm90::WarpMma<Fp8, true>>(p, tma, sm_count, stream);
+    else
+      tile_union_detail::launch_kernel<prefill_sm90::WarpMma<Fp8, false>>(p, tma, sm_count, stream);
+  } else {
+    using Traits =
+        std::conditional_t<kUse == TileUnionUse::kDecode, prefill_sm90::SkipBlocks<Base>,
+                           std::conditional_t<kUse == TileUnionUse::kWidePrefill, prefill_sm90::WideTiles<Base>, Base>>;
+    tile_union_detail::launch_kernel<Traits>(p, tma, sm_count, stream);
+  }
 }
 
 }  // namespace msa::cuda
