@@ -21,8 +21,9 @@ steps 52-53):
   times the probe's, latency-bound so that two warps overlap) reproduce step 53's figures but
   B = 8 L = 200k, whose combine and launch the model leaves out. A measured bound on --step:
   before the ways, one warp computing a CTA's 16 blocks (Q = 1 B = 32 L = 100k) took 49.4 us,
-  at most 2.6 us a block; with --step 2.6 no --sched brings L = 10k below 71%, so the model
-  misses part of what those steps lose;
+  at most 2.6 us a block; with --step 2.6 and any --sched up to 2.6 (two warps no slower than
+  one after the other) L = 10k stays at 70% or more, so the model misses part of what those
+  steps lose;
 - at a tile's end the warps store (--epi us) and free the one Q buffer; the builders then load
   the next Q (--lat) and, before the change --list-first models, only then build the next list
   (--build us), which the loader needs before it issues that tile's blocks;
