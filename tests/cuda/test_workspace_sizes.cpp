@@ -118,3 +118,19 @@ TEST(WorkspaceSizes, NeverShrinkAsTheProblemGrows) {
 }
 
 }  // namespace
+
+// The FP8 decode's kernel with ways (tile_union_decode_ways, docs/performance.md step 53) only
+// where a tile of at most 32 rows has a split that can hold two ways' entries (8): tiles of 64
+// rows and more, and steps split into splits of a few blocks, take the kernel without.
+TEST(DecodeGeometry, WaysOnlyWhereASplitCanHoldTwoWays) {
+  const msa::AttentionShape s{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
+  const auto geo = [&](std::int64_t b, int q, std::int64_t k) { return msa::cuda::decode_geometry(s, b, q, k); };
+  EXPECT_TRUE(geo(32, 1, 100000).ways);   // tiles of one request (16 rows), 16 entries, unsplit
+  EXPECT_TRUE(geo(16, 1, 100000).ways);   // two splits of 8
+  EXPECT_TRUE(geo(32, 2, 100000).ways);   // 32 rows
+  EXPECT_FALSE(geo(32, 4, 100000).ways);  // 64 rows
+  EXPECT_FALSE(geo(8, 1, 4000).ways);     // four splits of 4
+  EXPECT_FALSE(geo(4, 2, 1000).ways);     // 8 blocks a request, eight splits
+  EXPECT_FALSE(geo(32, 8, 100000).ways);  // 128 rows
+  EXPECT_FALSE(geo(128, 16, 100000).ways);
+}

@@ -33,6 +33,7 @@ void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile,
   const std::int64_t by_ctas = g.pairs > 0 ? kDecodeCtaTarget / g.pairs : 1;
   g.splits = static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1,
                                                        kDecodeMaxSplits));
+  g.ways = tile_union_decode_ways(std::int64_t(q_per_tile) * shape.group(), entries, g.splits);
 }
 
 }  // namespace
@@ -131,6 +132,7 @@ prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::Atten
   u.q_per_request = g.q_per_request;
   u.q_per_tile = g.q_per_tile;
   u.splits = g.splits;
+  u.ways = g.ways;
   u.direct = g.splits == 1;
   u.tiles = g.pairs * g.splits;
   u.group_heads = attn.h_kv;  // tile_of_rank's order (the decode's instances keep it anyway)

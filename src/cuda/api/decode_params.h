@@ -38,6 +38,8 @@ struct DecodeGeometry {
                              // such tiles split less (decode_geometry)
   std::int64_t pairs = 0;    // h_kv * ceil(total_q / q_per_tile)
   int splits = 1;            // tiles per pair, 1..kDecodeMaxSplits
+  bool ways = false;         // FP8 K/V: the kernel with ways (tile_union_decode_ways: tiles of
+                             // at most kDecodeWayRows rows whose splits can hold two ways' entries)
 };
 
 // From host-known sizes only (plan()): B, Q and a bound on seq_len. msa::Error on sizes the CUDA

@@ -189,8 +189,9 @@ struct WideTiles : Base {
 // widened from the ring's FP8 codes in registers (tile_union/warp_mma.cuh). A decode block is
 // mostly one query's: a 64-row WGMMA spent three quarters of its work (and of its softmax) on
 // rows that chose nothing. The ring holds codes only (16 KB a stage), so it is deeper.
-// kWaysArg: the instance whose tiles of at most 64 rows share each row group's blocks among the
-// spare warps (ways, warp_mma.cuh); the launcher takes it where a tile has at most 64 rows.
+// kWaysArg: the kernel whose tiles of at most kDecodeWayRows rows share each row group's blocks among the
+// spare warps (ways, warp_mma.cuh); the launcher takes it where the plan says so
+// (TileUnionParams::ways).
 template <class Base, bool kWaysArg = false>
 struct WarpMma : Base {
   static_assert(Base::kFp8Kv && Base::kSkipBlocks && Base::kHeadDim == 128);

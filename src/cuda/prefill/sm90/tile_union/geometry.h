@@ -114,6 +114,23 @@ inline int forced_union_queries_per_tile(const std::int32_t* cu_seqlens_q, const
              : routed;
 }
 
+// The FP8 decode's ways (tile_union/warp_mma.cuh): a tile of at most kDecodeWayRows rows shares
+// each 16-row group's blocks among the spare warps, one way per kDecodeWayEntries union entries
+// of its split at most. decode_geometry launches the kernel with ways only where some split can
+// hold two ways' entries: with one way it ran small steps up to 6% slower than the kernel
+// without; and only up to 32 rows: tiles of 64 (Q = 4, G = 16) gained nothing from two ways a
+// group and lost 4% at B = 16 (docs/performance.md step 53).
+inline constexpr int kDecodeWayRows = 32;
+inline constexpr int kDecodeWayEntries = 4;
+// Whether tiles of `rows` rows whose pairs hold at most `entries` union entries, in `splits`
+// splits, can take two ways or more.
+constexpr bool tile_union_decode_ways(std::int64_t rows, std::int64_t entries, int splits) {
+  return rows <= kDecodeWayRows && (entries + splits - 1) / splits >= 2 * kDecodeWayEntries;
+}
+static_assert(tile_union_decode_ways(16, 16, 1) && tile_union_decode_ways(16, 16, 2) &&
+              !tile_union_decode_ways(16, 16, 3) && !tile_union_decode_ways(64, 64, 1) &&
+              !tile_union_decode_ways(16, 7, 1));
+
 // Queries per decode tile: at most 16 whatever the top-k (a decode request brings 1-16 queries;
 // the decode's tiles and splits were measured with these, docs/performance.md, step 14e).
 constexpr int tile_union_decode_queries(int group) { return tile_union_queries_per_tile(group, kTileUnionMaxTopk); }

@@ -63,12 +63,15 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
                        cudaStream_t stream) {
   using Base = prefill_sm90::Traits<kDtype, kHeadDim>;
   // The decode's instances skip blocks; its FP8 one (FP8 K/V are the decode's only) runs warp
-  // consumers on mma.sync, as two kernels: tiles of at most 64 rows (Q x G small, or few
-  // requests a tile) on the one with ways (warp_mma.cuh), the others on the one without.
+  // consumers on mma.sync, as two kernels: the one with ways (warp_mma.cuh) where the plan says
+  // a tile can take them (p.ways: at most kDecodeWayRows rows, splits that can hold two ways' entries), the
+  // one without elsewhere.
   static_assert(!Base::kFp8Kv || kUse == TileUnionUse::kDecode);
+  // (The geometry does not know the cache's dtype: the 16-bit instances ignore p.ways.)
+  MSA_ASSERT(!Base::kFp8Kv || !p.ways || std::int64_t(p.q_per_tile) * p.attn.group <= kDecodeWayRows);
   if constexpr (Base::kFp8Kv) {
     using Fp8 = prefill_sm90::SkipBlocks<Base>;
-    if (std::int64_t(p.q_per_tile) * p.attn.group <= 64)
+    if (p.ways)
       tile_union_detail::launch_kernel<prefill_sm90::WarpMma<Fp8, true>>(p, tma, sm_count, stream);
     else
       tile_union_detail::launch_kernel<prefill_sm90::WarpMma<Fp8, false>>(p, tma, sm_count, stream);

@@ -24,6 +24,8 @@ struct TileUnionParams {
                                    // kernel then reads no cu_seqlens_q. 0: varlen
   int q_per_tile;                  // tile_union_queries_per_tile(group, topk); the decode's:
                                    // tile_union_decode_queries(group), or m x Q (decode_geometry)
+  bool ways;                       // the decode's FP8 instance: its kernel with ways (warp_mma.cuh;
+                                   // DecodeGeometry::ways); the other instances ignore it
   int splits;                      // 1..attn.slots: each (KV head, query tile) pair runs as this
                                    // many tiles, split s taking union entries [n s / splits,
                                    // n (s + 1) / splits) and writing slot s (split-KV decode);

@@ -450,7 +450,7 @@ __device__ __forceinline__ void warp_consumers(const TileUnionParams& p, const P
   static_assert(Traits::kWarpMma && Traits::kTileM == 128 && Traits::kHeadDim == 128 && Traits::kBoxCols == 64);
   static_assert(TileUnionStorage<Traits>::List::kQueries == 32, "one membership word per entry");
   constexpr int kWarps = kConsumerThreads / 32;
-  constexpr int kWayEntries = 4;
+  constexpr int kWayEntries = kDecodeWayEntries;
   static_assert(kWarps * 16 == Traits::kTileM, "a warp per 16 tile rows");
   const int warp = ct / 32, lane = ct % 32;
 
