@@ -19,6 +19,7 @@
 #include "core/plan_encoding.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/plan/tile_keys.cuh"
+#include "cuda/prefill/sm90/common/epilogue.cuh"
 #include "cuda/prefill/sm90/common/kv_ring.cuh"
 #include "cuda/prefill/sm90/tile_union/config.h"
 #include "cuda/prefill/sm90/tile_union/params.h"
@@ -42,6 +43,28 @@ __device__ __forceinline__ Tile make_tile(const TileUnionParams& p, int tile) {
   t.q0 = (pair - t.kv_head * per_head) * p.q_per_tile;
   t.nq = static_cast<int>(min(std::int64_t(p.q_per_tile), p.attn.total_q - t.q0));
   return t;
+}
+
+// Where tile row r (tile query r / G, head r % G of the tile's KV head) is stored: the row of
+// slot t.split (0 without splits) in o_partial / lse_partial; direct, in out and lse, whose
+// (query, head) indices are slot 0's. Rows past the tile's queries are padding, not stored.
+struct TileRowDest {
+  int rows;               // t.nq * G: the tile's real rows
+  int group;              // G
+  int kv_head;            // t.kv_head
+  int h_q;                // p.attn.h_q
+  std::int64_t slot_row;  // the slot's row of tile query 0: t.split * total_q + t.q0
+
+  __device__ __forceinline__ RowDest operator()(int r) const {
+    const int qi = r / group;
+    const int h = kv_head * group + (r - qi * group);
+    return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * h_q + h};
+  }
+};
+
+__device__ __forceinline__ TileRowDest tile_row_dest(const TileUnionParams& p, const Tile& t) {
+  return TileRowDest{t.nq * p.attn.group, p.attn.group, t.kv_head, p.attn.h_q,
+                     std::int64_t(t.split) * p.attn.total_q + t.q0};
 }
 
 // Union entry u of a list, decoded.

@@ -247,14 +247,8 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
     use += n;
     Barrier64::arrive(&smem.list_empty[buf]);
     // Every row's result over the split goes to slot t.split (0 without splits); direct: to out
-    // and lse, whose (query, head) indices are slot 0's.
-    const int rows = t.nq * group;
-    const std::int64_t slot_row = std::int64_t(t.split) * p.attn.total_q + t.q0;
-    const auto target = [&](int r) {
-      const int qi = r / group;
-      const int h = t.kv_head * group + (r - qi * group);
-      return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * p.attn.h_q + h};
-    };
+    // and lse (tile_row_dest).
+    const TileRowDest target = tile_row_dest(p, t);
     // Final rows (p.direct: the prefill's, and an unsplit decode's) get the sink here; a split's
     // slot gets it in the combine.
     const bool final_rows = p.direct;

@@ -388,12 +388,7 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
   // and lse, with the sink); O is staged into the group's own rows of the Q buffer (read above)
   // and stored with TMA by the lane owning a box's first row. A box (q_box_rows: G when it
   // divides 64, else 1) never straddles two groups' rows.
-  const std::int64_t slot_row = std::int64_t(t.split) * p.attn.total_q + t.q0;
-  const auto target = [&](int r) {
-    const int qi = r / group;
-    const int h = t.kv_head * group + (r - qi * group);
-    return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * p.attn.h_q + h};
-  };
+  const TileRowDest target = tile_row_dest(p, t);
   const bool final_rows = p.direct;
   const bool storing = !kWays || (working && way == 0);  // the group's rows are this warp's to store
   RowNorm norm[2];
