@@ -370,25 +370,38 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
     build_narrow_list(p, t, smem, list, bt);
 }
 
-// Gathers tile t's Q rows into `sq` with TMA (one box per query's heads and column half);
-// padding rows get no data (their results are never stored). Builder 0 arms `bar`.
+// Issues tile t's Q boxes with TMA (one per query's heads and column half), column half c of
+// tile row r at dst_c + r * kBoxCols, completing on bar_c, from thread `thread` of `threads`;
+// padding rows get no data (their results are never stored). The caller arms the barriers.
 template <class Traits>
-__device__ __forceinline__ void load_q(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
-                                       typename Traits::Element* sq, std::uint64_t* bar, int bt) {
+__device__ __forceinline__ void issue_q_boxes(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
+                                              typename Traits::Element* dst0, typename Traits::Element* dst1,
+                                              std::uint64_t* bar0, std::uint64_t* bar1, int thread, int threads) {
+  static_assert(Traits::kColHalves == 2);
   const int group = p.attn.group;
   const int rows = t.nq * group;
-  if (bt == 0)
-    Barrier64::arrive_and_expect_tx(
-        bar, static_cast<std::uint32_t>(rows * Traits::kHeadDim * sizeof(typename Traits::Element)));
-  for (int r = bt; r < rows; r += kBuilderThreads) {
+  for (int r = thread; r < rows; r += threads) {
     if (r % tma.q_box_rows != 0) continue;
     const int qi = r / group;
     const int h = t.kv_head * group + (r - qi * group);
 #pragma unroll
     for (int c = 0; c < Traits::kColHalves; ++c)
-      cute::SM90_TMA_LOAD_3D::copy(&tma.q, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
-                                   sq + Traits::q_box_offset(r, c), c * Traits::kBoxCols, h, t.q0 + qi);
+      cute::SM90_TMA_LOAD_3D::copy(&tma.q, c == 0 ? bar0 : bar1,
+                                   static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                   (c == 0 ? dst0 : dst1) + Traits::q_box_offset(r, 0), c * Traits::kBoxCols, h,
+                                   t.q0 + qi);
   }
+}
+
+// Gathers tile t's Q rows into the Q buffer `sq` (column halves of kTileM rows). Builder 0 arms
+// `bar`.
+template <class Traits>
+__device__ __forceinline__ void load_q(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
+                                       typename Traits::Element* sq, std::uint64_t* bar, int bt) {
+  if (bt == 0)
+    Barrier64::arrive_and_expect_tx(
+        bar, static_cast<std::uint32_t>(t.nq * p.attn.group * Traits::kHeadDim * sizeof(typename Traits::Element)));
+  issue_q_boxes<Traits>(p, tma, t, sq, sq + Traits::q_box_offset(0, 1), bar, bar, bt, kBuilderThreads);
 }
 
 }  // namespace msa::cuda::prefill_sm90

@@ -17,6 +17,7 @@
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
 //   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer + 32 loader arrivals)
 //   q_full[kQBuffers] (TMA bytes)        q_empty[kQBuffers] (256, after the O stores read it)
+// (Traits::kQInRing: no Q buffer; each tile's Q is a ring stage the loader fills first.)
 #pragma once
 
 #include <cstdint>
@@ -58,10 +59,12 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
     const Tile t = make_tile(p, sched.tile(pos));
     const int bt = opaque_tid() - 32;
     // Q first (it needs no list: its latency hides behind the union build), once the tile
-    // kQBuffers back has stored its O from the buffer.
-    const int qb = stage_of(iter, kQBuffers<Traits>);
-    Barrier64::wait(&smem.q_empty[qb], parity_of(iter, kQBuffers<Traits>) ^ 1u);
-    load_q<Traits>(p, tma, t, smem.q[qb], &smem.q_full[qb], bt);
+    // kQBuffers back has stored its O from the buffer (Traits::kQInRing: the loader brings Q).
+    if constexpr (!Traits::kQInRing) {
+      const int qb = stage_of(iter, kQBuffers<Traits>);
+      Barrier64::wait(&smem.q_empty[qb], parity_of(iter, kQBuffers<Traits>) ^ 1u);
+      load_q<Traits>(p, tma, t, smem.q[qb], &smem.q_full[qb], bt);
+    }
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
     build_list(p, t, smem, smem.list[buf], bt);
     Barrier64::arrive(&smem.list_full[buf]);
@@ -72,6 +75,7 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
 // Every union block of every tile, in list order, once the builders published the list. The
 // loader releases a list too: without its arrival the builders could rewrite the buffer (two
 // tiles on, after consumers that finished an empty union) before the loader has read it.
+// Traits::kQInRing: each tile's Q first, as a stage of its own (it needs no list).
 template <class Traits>
 __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTma& tma,
                                        TileUnionStorage<Traits>& smem) {
@@ -80,7 +84,25 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
   std::uint32_t iter = 0;
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
-    const int kv_head = make_tile(p, sched.tile(pos)).kv_head;
+    const Tile t = make_tile(p, sched.tile(pos));
+    const int kv_head = t.kv_head;
+    if constexpr (Traits::kQInRing) {
+      constexpr int kRing = Traits::kRingStages;
+      const int s = stage_of(kv.use, kRing);
+      const std::uint32_t free_parity = parity_of(kv.use, kRing) ^ 1u;
+      const int lane = opaque_tid();
+      Barrier64::wait(&smem.kv.k_empty[s], free_parity);
+      Barrier64::wait(&smem.kv.v_empty[s], free_parity);
+      if (lane == 0) {
+        const auto half = static_cast<std::uint32_t>(t.nq * p.attn.group * Traits::kBoxCols *
+                                                     sizeof(typename Traits::Element));
+        Barrier64::arrive_and_expect_tx(&smem.kv.k_full[s], half);
+        Barrier64::arrive_and_expect_tx(&smem.kv.v_full[s], half);
+      }
+      __syncwarp();
+      issue_q_boxes<Traits>(p, tma, t, smem.kv.k[s], smem.kv.v[s], &smem.kv.k_full[s], &smem.kv.v_full[s], lane, 32);
+      ++kv.use;
+    }
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
     const auto& list = smem.list[buf];
     const int end = list.end;
