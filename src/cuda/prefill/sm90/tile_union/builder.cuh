@@ -386,10 +386,9 @@ __device__ __forceinline__ void issue_q_boxes(const TileUnionParams& p, const Pr
     const int h = t.kv_head * group + (r - qi * group);
 #pragma unroll
     for (int c = 0; c < Traits::kColHalves; ++c)
-      cute::SM90_TMA_LOAD_3D::copy(&tma.q, c == 0 ? bar0 : bar1,
-                                   static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
-                                   (c == 0 ? dst0 : dst1) + Traits::q_box_offset(r, 0), c * Traits::kBoxCols, h,
-                                   t.q0 + qi);
+      cute::SM90_TMA_LOAD_3D::copy(
+          &tma.q, c == 0 ? bar0 : bar1, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
+          (c == 0 ? dst0 : dst1) + Traits::q_box_offset(r, 0), c * Traits::kBoxCols, h, t.q0 + qi);
   }
 }
 

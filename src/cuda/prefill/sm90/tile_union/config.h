@@ -65,15 +65,15 @@ static_assert(kTileUnionMaxVisibleBlocks < 65536, "word_base holds ranks in 16 b
 // shared memory goes to the deeper ring instead.
 // None where Q comes through the ring (Traits::kQInRing).
 template <class Traits>
-inline constexpr int kQBuffers = Traits::kQInRing ? 0 : Traits::kFp8Kv ? 1 : 2;
+inline constexpr int kQBuffers = Traits::kQInRing ? 0 : (Traits::kFp8Kv ? 1 : 2);
 
 // The Q buffers' array, or nothing.
 struct NoQBuffers {};
 template <class Traits>
-using QBufferArray = std::conditional_t<(kQBuffers<Traits> > 0),
-                                        typename Traits::Element[kQBuffers<Traits> > 0 ? kQBuffers<Traits> : 1]
-                                                                [Traits::kQElements],
-                                        NoQBuffers>;
+using QBufferArray =
+    std::conditional_t<(kQBuffers<Traits> > 0),
+                       typename Traits::Element[kQBuffers<Traits> > 0 ? kQBuffers<Traits> : 1][Traits::kQElements],
+                       NoQBuffers>;
 
 template <class Traits>
 struct TileUnionStorage {

@@ -94,8 +94,8 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
       Barrier64::wait(&smem.kv.k_empty[s], free_parity);
       Barrier64::wait(&smem.kv.v_empty[s], free_parity);
       if (lane == 0) {
-        const auto half = static_cast<std::uint32_t>(t.nq * p.attn.group * Traits::kBoxCols *
-                                                     sizeof(typename Traits::Element));
+        const auto half =
+            static_cast<std::uint32_t>(t.nq * p.attn.group * Traits::kBoxCols * sizeof(typename Traits::Element));
         Barrier64::arrive_and_expect_tx(&smem.kv.k_full[s], half);
         Barrier64::arrive_and_expect_tx(&smem.kv.v_full[s], half);
       }

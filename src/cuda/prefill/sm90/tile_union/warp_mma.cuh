@@ -161,8 +161,8 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       // A warp past the last way reads nothing: its group's way 0 may be staging O there.
-      qraw[h][c] = working ? load16(q_mine + q_chunk_offset<Traits>(row[h], 4 * (tq % 2) + c))
-                           : make_uint4(0u, 0u, 0u, 0u);
+      qraw[h][c] =
+          working ? load16(q_mine + q_chunk_offset<Traits>(row[h], 4 * (tq % 2) + c)) : make_uint4(0u, 0u, 0u, 0u);
       if (row[h] < rows) {
         for (const std::uint32_t w : {qraw[h][c].x, qraw[h][c].y, qraw[h][c].z, qraw[h][c].w}) {
           const std::uint32_t lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;  // |q| bits; 0x7f80 and up: inf, NaN
