@@ -7,9 +7,9 @@
 // FP8 E4M3 K/V (Traits::kWarpMma, the decode's FP8 instance): the stages hold the codes as
 // stored (16 KB a block, so Traits::kRingStages of them), published on k_full / v_full as they
 // land; the consumer warps widen them in registers (tile_union/warp_mma.cuh) and read V rows
-// past k_len as zeros themselves, and each of the eight releases a stage once. The kernel
-// without ways (Traits::kQInRing) also brings each tile's Q through the ring, as a stage of
-// its own before the tile's blocks (tile_union/kernel.cuh's loader).
+// past k_len as zeros themselves, and each of the eight releases a stage once. One of its
+// kernels (Traits::kQInRing, where the plan routes it) also brings each tile's Q through the
+// ring, as a stage of its own before the tile's blocks (tile_union/kernel.cuh's loader).
 #pragma once
 
 #include <cstdint>

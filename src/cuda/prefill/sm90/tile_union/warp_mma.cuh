@@ -7,7 +7,10 @@
 // A decode block is mostly one query's, so a 64-row WGMMA warpgroup spent three quarters of its
 // tensor and softmax work on rows that chose nothing, and widening K / V in shared memory cost a
 // round trip and a barrier per block; here neither happens. The ring holds only codes, so it
-// is deeper (Traits::kRingStages).
+// is deeper (Traits::kRingStages). Three kernels share this code: the plain one, the one with
+// ways (below), and the one that takes each tile's Q from a ring stage of its own and stores O
+// from registers (Traits::kQInRing: no Q buffer, a sixth stage instead), where the plan
+// expects unions that repeat blocks (tile_union_decode_q_in_ring).
 //
 // Ways (an in-CTA split): a tile of fewer than 128 rows needs only `groups` = ceil(rows / 16)
 // warps; up to 8 / groups `ways` warps per 16-row group (one per 4 entries of the tile's split)
