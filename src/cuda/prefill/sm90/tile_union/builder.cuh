@@ -370,14 +370,19 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
     build_narrow_list(p, t, smem, list, bt);
 }
 
-// Issues tile t's Q boxes with TMA (one per query's heads and column half), column half c of
-// tile row r at dst_c + r * kBoxCols, completing on bar_c, from thread `thread` of `threads`;
-// padding rows get no data (their results are never stored). The caller arms the barriers.
-template <class Traits>
+// Where a Q box lands and the barrier its bytes complete on.
+template <class Element>
+struct QBoxDst {
+  Element* to;
+  std::uint64_t* bar;
+};
+
+// Issues tile t's Q boxes with TMA (one per query's heads and column half) from thread
+// `thread` of `threads`: box (tile row r, column half c) to dst(r, c), a QBoxDst; padding rows
+// get no data (their results are never stored). The caller arms the barriers.
+template <class Traits, class Dst>
 __device__ __forceinline__ void issue_q_boxes(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
-                                              typename Traits::Element* dst0, typename Traits::Element* dst1,
-                                              std::uint64_t* bar0, std::uint64_t* bar1, int thread, int threads) {
-  static_assert(Traits::kColHalves == 2);
+                                              const Dst& dst, int thread, int threads) {
   const int group = p.attn.group;
   const int rows = t.nq * group;
   for (int r = thread; r < rows; r += threads) {
@@ -385,22 +390,24 @@ __device__ __forceinline__ void issue_q_boxes(const TileUnionParams& p, const Pr
     const int qi = r / group;
     const int h = t.kv_head * group + (r - qi * group);
 #pragma unroll
-    for (int c = 0; c < Traits::kColHalves; ++c)
-      cute::SM90_TMA_LOAD_3D::copy(
-          &tma.q, c == 0 ? bar0 : bar1, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
-          (c == 0 ? dst0 : dst1) + Traits::q_box_offset(r, 0), c * Traits::kBoxCols, h, t.q0 + qi);
+    for (int c = 0; c < Traits::kColHalves; ++c) {
+      const auto d = dst(r, c);
+      cute::SM90_TMA_LOAD_3D::copy(&tma.q, d.bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                   d.to, c * Traits::kBoxCols, h, t.q0 + qi);
+    }
   }
 }
 
-// Gathers tile t's Q rows into the Q buffer `sq` (column halves of kTileM rows). Builder 0 arms
-// `bar`.
+// Gathers tile t's Q rows into the Q buffer `sq`. Builder 0 arms `bar`.
 template <class Traits>
 __device__ __forceinline__ void load_q(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
                                        typename Traits::Element* sq, std::uint64_t* bar, int bt) {
   if (bt == 0)
     Barrier64::arrive_and_expect_tx(
         bar, static_cast<std::uint32_t>(t.nq * p.attn.group * Traits::kHeadDim * sizeof(typename Traits::Element)));
-  issue_q_boxes<Traits>(p, tma, t, sq, sq + Traits::q_box_offset(0, 1), bar, bar, bt, kBuilderThreads);
+  issue_q_boxes<Traits>(
+      p, tma, t, [&](int r, int c) { return QBoxDst<typename Traits::Element>{sq + Traits::q_box_offset(r, c), bar}; },
+      bt, kBuilderThreads);
 }
 
 }  // namespace msa::cuda::prefill_sm90

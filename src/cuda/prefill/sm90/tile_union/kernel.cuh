@@ -100,7 +100,14 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
         Barrier64::arrive_and_expect_tx(&smem.kv.v_full[s], half);
       }
       __syncwarp();
-      issue_q_boxes<Traits>(p, tma, t, smem.kv.k[s], smem.kv.v[s], &smem.kv.k_full[s], &smem.kv.v_full[s], lane, 32);
+      // Column half 0 into the stage's K, half 1 into its V, rows of kBoxCols elements.
+      issue_q_boxes<Traits>(
+          p, tma, t,
+          [&](int r, int c) {
+            return QBoxDst<typename Traits::Element>{(c == 0 ? smem.kv.k[s] : smem.kv.v[s]) + Traits::q_box_offset(r, 0),
+                                                     c == 0 ? &smem.kv.k_full[s] : &smem.kv.v_full[s]};
+          },
+          lane, 32);
       ++kv.use;
     }
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));

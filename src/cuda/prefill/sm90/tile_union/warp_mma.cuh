@@ -138,25 +138,27 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
   // e <= 126 keeps 2^e and 2^-e normal floats (padding rows hold stale bytes: converted, not
   // measured).
   // Q's column halves: a ring stage's K and V (kQInRing: ring use `use`, the tile's blocks
-  // following it), or the Q buffer's two halves.
+  // following it; this thread's chunks 4 tq .. lie in half tq / 2), or the Q buffer.
   constexpr std::uint32_t kQStage = Traits::kQInRing ? 1u : 0u;
-  const std::uint8_t* q_half0;
-  const std::uint8_t* q_half1;
+  const std::uint8_t* q_mine = nullptr;
   std::uint8_t* sq = nullptr;  // the Q buffer (the ways merge and the staged O)
   if constexpr (Traits::kQInRing) {
     const int s = stage_of(use, kRing);
     Barrier64::wait(&smem.kv.k_full[s], parity_of(use, kRing));
     Barrier64::wait(&smem.kv.v_full[s], parity_of(use, kRing));
-    q_half0 = reinterpret_cast<const std::uint8_t*>(smem.kv.k[s]);
-    q_half1 = reinterpret_cast<const std::uint8_t*>(smem.kv.v[s]);
+    q_mine = reinterpret_cast<const std::uint8_t*>(tq < 2 ? smem.kv.k[s] : smem.kv.v[s]);
   } else {
     const int qb = stage_of(iter, kQBuffers<Traits>);
     Barrier64::wait(&smem.q_full[qb], parity_of(iter, kQBuffers<Traits>));
     sq = reinterpret_cast<std::uint8_t*>(smem.q[qb]);
-    q_half0 = sq;
-    q_half1 = sq + q_chunk_offset<Traits>(0, 8);
   }
-  const std::uint8_t* q_mine = tq < 2 ? q_half0 : q_half1;  // this thread's chunks 4 tq ..: half tq / 2
+  // This thread's chunk c of row `r`'s Q.
+  const auto q_chunk = [&](int r, int c) -> const std::uint8_t* {
+    if constexpr (Traits::kQInRing)
+      return q_mine + q_chunk_offset<Traits>(r, 4 * (tq % 2) + c);
+    else
+      return sq + q_chunk_offset<Traits>(r, 4 * tq + c);
+  };
   uint4 qraw[2][4];
   std::uint32_t mx = 0;
 #pragma unroll
@@ -164,8 +166,7 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       // A warp past the last way reads nothing: its group's way 0 may be staging O there.
-      qraw[h][c] =
-          working ? load16(q_mine + q_chunk_offset<Traits>(row[h], 4 * (tq % 2) + c)) : make_uint4(0u, 0u, 0u, 0u);
+      qraw[h][c] = working ? load16(q_chunk(row[h], c)) : make_uint4(0u, 0u, 0u, 0u);
       if (row[h] < rows) {
         for (const std::uint32_t w : {qraw[h][c].x, qraw[h][c].y, qraw[h][c].z, qraw[h][c].w}) {
           const std::uint32_t lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;  // |q| bits; 0x7f80 and up: inf, NaN
