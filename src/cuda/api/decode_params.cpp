@@ -27,7 +27,8 @@ void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile,
   for (int t = 0; t < g.q_per_request; ++t)
     requests =
         std::max(requests, (t * q_per_tile + q_per_tile - 1) / g.q_per_request - t * q_per_tile / g.q_per_request + 1);
-  const std::int64_t choices = std::min<std::int64_t>(q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks);
+  const std::int64_t choices =
+      std::min<std::int64_t>(q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks);
   const std::int64_t entries = std::min(choices, std::int64_t(requests) * blocks);
   const std::int64_t by_ctas = g.pairs > 0 ? kDecodeCtaTarget / g.pairs : 1;
   g.splits = static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1,

@@ -406,7 +406,10 @@ __device__ __forceinline__ void load_q(const TileUnionParams& p, const PrefillTm
     Barrier64::arrive_and_expect_tx(
         bar, static_cast<std::uint32_t>(t.nq * p.attn.group * Traits::kHeadDim * sizeof(typename Traits::Element)));
   issue_q_boxes<Traits>(
-      p, tma, t, [&](int r, int c) { return QBoxDst<typename Traits::Element>{sq + Traits::q_box_offset(r, c), bar}; },
+      p, tma, t,
+      [&](int r, int c) {
+        return QBoxDst<typename Traits::Element>{sq + Traits::q_box_offset(r, c), bar};
+      },
       bt, kBuilderThreads);
 }
 

@@ -104,8 +104,9 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
       issue_q_boxes<Traits>(
           p, tma, t,
           [&](int r, int c) {
-            return QBoxDst<typename Traits::Element>{(c == 0 ? smem.kv.k[s] : smem.kv.v[s]) + Traits::q_box_offset(r, 0),
-                                                     c == 0 ? &smem.kv.k_full[s] : &smem.kv.v_full[s]};
+            return QBoxDst<typename Traits::Element>{
+                (c == 0 ? smem.kv.k[s] : smem.kv.v[s]) + Traits::q_box_offset(r, 0),
+                c == 0 ? &smem.kv.k_full[s] : &smem.kv.v_full[s]};
           },
           lane, 32);
       ++kv.use;
