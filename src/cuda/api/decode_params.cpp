@@ -27,13 +27,15 @@ void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile,
   for (int t = 0; t < g.q_per_request; ++t)
     requests =
         std::max(requests, (t * q_per_tile + q_per_tile - 1) / g.q_per_request - t * q_per_tile / g.q_per_request + 1);
-  const std::int64_t entries =
-      std::min(std::min<std::int64_t>(q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks),
-               std::int64_t(requests) * blocks);
+  const std::int64_t choices =
+      std::min<std::int64_t>(q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks);
+  const std::int64_t entries = std::min(choices, std::int64_t(requests) * blocks);
   const std::int64_t by_ctas = g.pairs > 0 ? kDecodeCtaTarget / g.pairs : 1;
   g.splits = static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1,
                                                        kDecodeMaxSplits));
   g.ways = tile_union_decode_ways(std::int64_t(q_per_tile) * shape.group(), entries, g.splits);
+  // Without a bound on seq_len the unions' repeats are unknown: the plain kernel.
+  g.q_in_ring = !g.ways && max_seq_len > 0 && tile_union_decode_q_in_ring(choices, entries);
 }
 
 }  // namespace
@@ -133,6 +135,7 @@ prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::Atten
   u.q_per_tile = g.q_per_tile;
   u.splits = g.splits;
   u.ways = g.ways;
+  u.q_in_ring = g.q_in_ring;
   u.direct = g.splits == 1;
   u.tiles = g.pairs * g.splits;
   u.group_heads = attn.h_kv;  // tile_of_rank's order (the decode's instances keep it anyway)

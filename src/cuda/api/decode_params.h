@@ -40,6 +40,8 @@ struct DecodeGeometry {
   int splits = 1;            // tiles per pair, 1..kDecodeMaxSplits
   bool ways = false;         // FP8 K/V: the kernel with ways (tile_union_decode_ways: tiles of
                              // at most kDecodeWayRows rows whose splits can hold two ways' entries)
+  bool q_in_ring = false;    // FP8 K/V, no ways: the kernel that brings Q through the ring
+                             // (tile_union_decode_q_in_ring: unions bound to repeat blocks)
 };
 
 // From host-known sizes only (plan()): B, Q and a bound on seq_len. msa::Error on sizes the CUDA

@@ -1,13 +1,15 @@
 // The K/V ring of both sm_90a prefill kernels: one 128-token block of one KV head loaded with
 // TMA into a ring of Traits::kRingStages stages (one box per page and column half; 2 stages of
-// 16-bit K/V, 5 of FP8 codes), the V rows past k_len zeroed, and
+// 16-bit K/V, 5 or 6 of FP8 codes), the V rows past k_len zeroed, and
 // the valid-page mask of a block. The loader warp of each kernel calls KvLoader::load once per
 // block it streams; the consumers release a stage through k_empty / v_empty.
 //
 // FP8 E4M3 K/V (Traits::kWarpMma, the decode's FP8 instance): the stages hold the codes as
 // stored (16 KB a block, so Traits::kRingStages of them), published on k_full / v_full as they
 // land; the consumer warps widen them in registers (tile_union/warp_mma.cuh) and read V rows
-// past k_len as zeros themselves, and each of the eight releases a stage once.
+// past k_len as zeros themselves, and each of the eight releases a stage once. One of its
+// kernels (Traits::kQInRing, where the plan routes it) also brings each tile's Q through the
+// ring, as a stage of its own before the tile's blocks (tile_union/kernel.cuh's loader).
 #pragma once
 
 #include <cstdint>

@@ -59,6 +59,7 @@ struct Traits {
   // codes straight from the ring (the decode's FP8 instance, WarpMma below).
   static constexpr bool kWarpMma = false;
   static constexpr bool kWays = false;  // WarpMma<Base, true> only
+  static constexpr bool kQInRing = false;  // WarpMma<Base, false, true> only: Q comes through the K/V ring
   using Element = typename ElementOf<kDtype>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockSize;  // KV tokens per block
@@ -191,14 +192,21 @@ struct WideTiles : Base {
 // rows that chose nothing. The ring holds codes only (16 KB a stage), so it is deeper.
 // kWaysArg: the kernel whose tiles of at most kDecodeWayRows rows share each row group's blocks among the
 // spare warps (ways, warp_mma.cuh); the launcher takes it where the plan says so
-// (TileUnionParams::ways).
-template <class Base, bool kWaysArg = false>
+// (TileUnionParams::ways). kQInRingArg: the kernel without ways that brings each tile's Q
+// through the ring as a stage of its own (column half 0 in the stage's K, half 1 in its V; the
+// warps hold Q in registers and store O from them), so the 32 KB of a Q buffer make a sixth
+// stage; the launcher takes it where the plan says so (TileUnionParams::q_in_ring). The others
+// keep a Q buffer: the ways merge and stage O there, and the plain kernel stages O there.
+template <class Base, bool kWaysArg = false, bool kQInRingArg = false>
 struct WarpMma : Base {
   static_assert(Base::kFp8Kv && Base::kSkipBlocks && Base::kHeadDim == 128);
+  static_assert(!(kWaysArg && kQInRingArg), "the ways kernel keeps its Q buffer");
   static constexpr bool kWarpMma = true;
   static constexpr bool kWays = kWaysArg;
-  static constexpr int kRingStages = 5;
+  static constexpr bool kQInRing = kQInRingArg;
+  static constexpr int kRingStages = kQInRing ? 6 : 5;
   static constexpr int kStageElements = static_cast<int>(Base::kBlockBytes / sizeof(typename Base::Element));
+  static_assert(!kQInRing || Base::kTileM * Base::kBoxCols == kStageElements, "a Q column half fills a K or V stage");
 };
 
 }  // namespace msa::cuda::prefill_sm90

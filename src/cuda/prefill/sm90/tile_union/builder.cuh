@@ -19,6 +19,7 @@
 #include "core/plan_encoding.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/plan/tile_keys.cuh"
+#include "cuda/prefill/sm90/common/epilogue.cuh"
 #include "cuda/prefill/sm90/common/kv_ring.cuh"
 #include "cuda/prefill/sm90/tile_union/config.h"
 #include "cuda/prefill/sm90/tile_union/params.h"
@@ -42,6 +43,28 @@ __device__ __forceinline__ Tile make_tile(const TileUnionParams& p, int tile) {
   t.q0 = (pair - t.kv_head * per_head) * p.q_per_tile;
   t.nq = static_cast<int>(min(std::int64_t(p.q_per_tile), p.attn.total_q - t.q0));
   return t;
+}
+
+// Where tile row r (tile query r / G, head r % G of the tile's KV head) is stored: the row of
+// slot t.split (0 without splits) in o_partial / lse_partial; direct, in out and lse, whose
+// (query, head) indices are slot 0's. Rows past the tile's queries are padding, not stored.
+struct TileRowDest {
+  int rows;               // t.nq * G: the tile's real rows
+  int group;              // G
+  int kv_head;            // t.kv_head
+  int h_q;                // p.attn.h_q
+  std::int64_t slot_row;  // the slot's row of tile query 0: t.split * total_q + t.q0
+
+  __device__ __forceinline__ RowDest operator()(int r) const {
+    const int qi = r / group;
+    const int h = kv_head * group + (r - qi * group);
+    return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * h_q + h};
+  }
+};
+
+__device__ __forceinline__ TileRowDest tile_row_dest(const TileUnionParams& p, const Tile& t) {
+  return TileRowDest{t.nq * p.attn.group, p.attn.group, t.kv_head, p.attn.h_q,
+                     std::int64_t(t.split) * p.attn.total_q + t.q0};
 }
 
 // Union entry u of a list, decoded.
@@ -347,25 +370,47 @@ __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile&
     build_narrow_list(p, t, smem, list, bt);
 }
 
-// Gathers tile t's Q rows into `sq` with TMA (one box per query's heads and column half);
-// padding rows get no data (their results are never stored). Builder 0 arms `bar`.
-template <class Traits>
-__device__ __forceinline__ void load_q(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
-                                       typename Traits::Element* sq, std::uint64_t* bar, int bt) {
+// Where a Q box lands and the barrier its bytes complete on.
+template <class Element>
+struct QBoxDst {
+  Element* to;
+  std::uint64_t* bar;
+};
+
+// Issues tile t's Q boxes with TMA (one per query's heads and column half) from thread
+// `thread` of `threads`: box (tile row r, column half c) to dst(r, c), a QBoxDst; padding rows
+// get no data (their results are never stored). The caller arms the barriers.
+template <class Traits, class Dst>
+__device__ __forceinline__ void issue_q_boxes(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
+                                              const Dst& dst, int thread, int threads) {
   const int group = p.attn.group;
   const int rows = t.nq * group;
-  if (bt == 0)
-    Barrier64::arrive_and_expect_tx(
-        bar, static_cast<std::uint32_t>(rows * Traits::kHeadDim * sizeof(typename Traits::Element)));
-  for (int r = bt; r < rows; r += kBuilderThreads) {
+  for (int r = thread; r < rows; r += threads) {
     if (r % tma.q_box_rows != 0) continue;
     const int qi = r / group;
     const int h = t.kv_head * group + (r - qi * group);
 #pragma unroll
-    for (int c = 0; c < Traits::kColHalves; ++c)
-      cute::SM90_TMA_LOAD_3D::copy(&tma.q, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
-                                   sq + Traits::q_box_offset(r, c), c * Traits::kBoxCols, h, t.q0 + qi);
+    for (int c = 0; c < Traits::kColHalves; ++c) {
+      const auto d = dst(r, c);
+      cute::SM90_TMA_LOAD_3D::copy(&tma.q, d.bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                   d.to, c * Traits::kBoxCols, h, t.q0 + qi);
+    }
   }
+}
+
+// Gathers tile t's Q rows into the Q buffer `sq`. Builder 0 arms `bar`.
+template <class Traits>
+__device__ __forceinline__ void load_q(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
+                                       typename Traits::Element* sq, std::uint64_t* bar, int bt) {
+  if (bt == 0)
+    Barrier64::arrive_and_expect_tx(
+        bar, static_cast<std::uint32_t>(t.nq * p.attn.group * Traits::kHeadDim * sizeof(typename Traits::Element)));
+  issue_q_boxes<Traits>(
+      p, tma, t,
+      [&](int r, int c) {
+        return QBoxDst<typename Traits::Element>{sq + Traits::q_box_offset(r, c), bar};
+      },
+      bt, kBuilderThreads);
 }
 
 }  // namespace msa::cuda::prefill_sm90

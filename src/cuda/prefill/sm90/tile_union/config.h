@@ -63,8 +63,17 @@ static_assert(kTileUnionMaxVisibleBlocks < 65536, "word_base holds ranks in 16 b
 // Q buffers: two (the next tile's Q gathered while this one computes), one with FP8 K/V (the
 // decode, about one tile per CTA: two measured no faster, docs/performance.md step 24), whose
 // shared memory goes to the deeper ring instead.
+// None where Q comes through the ring (Traits::kQInRing).
 template <class Traits>
-inline constexpr int kQBuffers = Traits::kFp8Kv ? 1 : 2;
+inline constexpr int kQBuffers = Traits::kQInRing ? 0 : (Traits::kFp8Kv ? 1 : 2);
+
+// The Q buffers' array, or nothing.
+struct NoQBuffers {};
+template <class Traits>
+using QBufferArray =
+    std::conditional_t<(kQBuffers<Traits> > 0),
+                       typename Traits::Element[kQBuffers<Traits> > 0 ? kQBuffers<Traits> : 1][Traits::kQElements],
+                       NoQBuffers>;
 
 template <class Traits>
 struct TileUnionStorage {
@@ -72,7 +81,7 @@ struct TileUnionStorage {
   using List = UnionList<Traits::kWideTiles ? kTileUnionMemberWords : 1>;
   using Scratch = std::conditional_t<Traits::kWideTiles, WideScratch, NarrowScratch>;
   KvRing<Traits> kv;
-  alignas(1024) Element q[kQBuffers<Traits>][Traits::kQElements];  // [row, d] swizzled, then O
+  alignas(1024) QBufferArray<Traits> q;  // [kQBuffers][row, d] swizzled, then O
   List list[2];
   Scratch scratch;                           // the builders', for the tile being built
   alignas(8) std::uint64_t q_full[2];        // TMA bytes

@@ -131,6 +131,22 @@ static_assert(tile_union_decode_ways(16, 16, 1) && tile_union_decode_ways(16, 16
               !tile_union_decode_ways(16, 16, 3) && !tile_union_decode_ways(64, 64, 1) &&
               !tile_union_decode_ways(16, 7, 1));
 
+// The FP8 decode's kernel without ways that brings each tile's Q through the K/V ring (a
+// sixth stage in the Q buffer's place, O stored from registers; warp_mma.cuh) where a tile's
+// `choices` (queries x blocks each chooses) must repeat blocks of its union, which holds at
+// most `entries`: by half again at least, so that its blocks carry 1.5 choices on average or
+// more and the warps' arithmetic, not the copy, bounds the step. There it was 4-9% faster
+// (B = 32 and 128 at L = 10k, Q = 8 and 16: 128 choices on 79 blocks); where every choice can
+// take a block of its own and CTAs run several tiles near copy bandwidth it was 5-7% slower
+// (B = 128 at L = 100k / 200k, Q = 4 / 8), so those keep the kernel with a Q buffer
+// (docs/performance.md step 55).
+constexpr bool tile_union_decode_q_in_ring(std::int64_t choices, std::int64_t entries) {
+  return entries > 0 && 2 * choices >= 3 * entries;
+}
+static_assert(tile_union_decode_q_in_ring(128, 79) && tile_union_decode_q_in_ring(128, 8) &&
+              !tile_union_decode_q_in_ring(128, 128) && !tile_union_decode_q_in_ring(64, 64) &&
+              !tile_union_decode_q_in_ring(0, 0));
+
 // Queries per decode tile: at most 16 whatever the top-k (a decode request brings 1-16 queries;
 // the decode's tiles and splits were measured with these, docs/performance.md, step 14e).
 constexpr int tile_union_decode_queries(int group) { return tile_union_queries_per_tile(group, kTileUnionMaxTopk); }

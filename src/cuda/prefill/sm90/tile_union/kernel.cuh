@@ -17,6 +17,7 @@
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
 //   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer + 32 loader arrivals)
 //   q_full[kQBuffers] (TMA bytes)        q_empty[kQBuffers] (256, after the O stores read it)
+// (Traits::kQInRing: no Q buffer; each tile's Q is a ring stage the loader fills first.)
 #pragma once
 
 #include <cstdint>
@@ -58,10 +59,12 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
     const Tile t = make_tile(p, sched.tile(pos));
     const int bt = opaque_tid() - 32;
     // Q first (it needs no list: its latency hides behind the union build), once the tile
-    // kQBuffers back has stored its O from the buffer.
-    const int qb = stage_of(iter, kQBuffers<Traits>);
-    Barrier64::wait(&smem.q_empty[qb], parity_of(iter, kQBuffers<Traits>) ^ 1u);
-    load_q<Traits>(p, tma, t, smem.q[qb], &smem.q_full[qb], bt);
+    // kQBuffers back has stored its O from the buffer (Traits::kQInRing: the loader brings Q).
+    if constexpr (!Traits::kQInRing) {
+      const int qb = stage_of(iter, kQBuffers<Traits>);
+      Barrier64::wait(&smem.q_empty[qb], parity_of(iter, kQBuffers<Traits>) ^ 1u);
+      load_q<Traits>(p, tma, t, smem.q[qb], &smem.q_full[qb], bt);
+    }
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
     build_list(p, t, smem, smem.list[buf], bt);
     Barrier64::arrive(&smem.list_full[buf]);
@@ -72,6 +75,7 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
 // Every union block of every tile, in list order, once the builders published the list. The
 // loader releases a list too: without its arrival the builders could rewrite the buffer (two
 // tiles on, after consumers that finished an empty union) before the loader has read it.
+// Traits::kQInRing: each tile's Q first, as a stage of its own (it needs no list).
 template <class Traits>
 __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTma& tma,
                                        TileUnionStorage<Traits>& smem) {
@@ -80,7 +84,33 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
   std::uint32_t iter = 0;
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
-    const int kv_head = make_tile(p, sched.tile(pos)).kv_head;
+    const Tile t = make_tile(p, sched.tile(pos));
+    const int kv_head = t.kv_head;
+    if constexpr (Traits::kQInRing) {
+      constexpr int kRing = Traits::kRingStages;
+      const int s = stage_of(kv.use, kRing);
+      const std::uint32_t free_parity = parity_of(kv.use, kRing) ^ 1u;
+      const int lane = opaque_tid();
+      Barrier64::wait(&smem.kv.k_empty[s], free_parity);
+      Barrier64::wait(&smem.kv.v_empty[s], free_parity);
+      if (lane == 0) {
+        const auto half =
+            static_cast<std::uint32_t>(t.nq * p.attn.group * Traits::kBoxCols * sizeof(typename Traits::Element));
+        Barrier64::arrive_and_expect_tx(&smem.kv.k_full[s], half);
+        Barrier64::arrive_and_expect_tx(&smem.kv.v_full[s], half);
+      }
+      __syncwarp();
+      // Column half 0 into the stage's K, half 1 into its V, rows of kBoxCols elements.
+      issue_q_boxes<Traits>(
+          p, tma, t,
+          [&](int r, int c) {
+            return QBoxDst<typename Traits::Element>{
+                (c == 0 ? smem.kv.k[s] : smem.kv.v[s]) + Traits::q_box_offset(r, 0),
+                c == 0 ? &smem.kv.k_full[s] : &smem.kv.v_full[s]};
+          },
+          lane, 32);
+      ++kv.use;
+    }
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
     const auto& list = smem.list[buf];
     const int end = list.end;
@@ -247,14 +277,8 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
     use += n;
     Barrier64::arrive(&smem.list_empty[buf]);
     // Every row's result over the split goes to slot t.split (0 without splits); direct: to out
-    // and lse, whose (query, head) indices are slot 0's.
-    const int rows = t.nq * group;
-    const std::int64_t slot_row = std::int64_t(t.split) * p.attn.total_q + t.q0;
-    const auto target = [&](int r) {
-      const int qi = r / group;
-      const int h = t.kv_head * group + (r - qi * group);
-      return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * p.attn.h_q + h};
-    };
+    // and lse (tile_row_dest).
+    const TileRowDest target = tile_row_dest(p, t);
     // Final rows (p.direct: the prefill's, and an unsplit decode's) get the sink here; a split's
     // slot gets it in the combine.
     const bool final_rows = p.direct;

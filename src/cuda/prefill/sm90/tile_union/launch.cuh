@@ -63,16 +63,21 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
                        cudaStream_t stream) {
   using Base = prefill_sm90::Traits<kDtype, kHeadDim>;
   // The decode's instances skip blocks; its FP8 one (FP8 K/V are the decode's only) runs warp
-  // consumers on mma.sync, as two kernels: the one with ways (warp_mma.cuh) where the plan says
-  // a tile can take them (p.ways: at most kDecodeWayRows rows, splits that can hold two ways' entries), the
-  // one without elsewhere.
+  // consumers on mma.sync, as three kernels: the one with ways (warp_mma.cuh) where the plan
+  // says a tile can take them (p.ways: at most kDecodeWayRows rows, splits that can hold two
+  // ways' entries), the one that brings Q through the ring where the plan expects unions that
+  // repeat blocks (p.q_in_ring), the plain one elsewhere.
   static_assert(!Base::kFp8Kv || kUse == TileUnionUse::kDecode);
-  // (The geometry does not know the cache's dtype: the 16-bit instances ignore p.ways.)
+  // (The geometry does not know the cache's dtype: the 16-bit instances ignore p.ways and
+  // p.q_in_ring.)
   MSA_ASSERT(!Base::kFp8Kv || !p.ways || std::int64_t(p.q_per_tile) * p.attn.group <= kDecodeWayRows);
+  MSA_ASSERT(!p.ways || !p.q_in_ring);
   if constexpr (Base::kFp8Kv) {
     using Fp8 = prefill_sm90::SkipBlocks<Base>;
     if (p.ways)
       tile_union_detail::launch_kernel<prefill_sm90::WarpMma<Fp8, true>>(p, tma, sm_count, stream);
+    else if (p.q_in_ring)
+      tile_union_detail::launch_kernel<prefill_sm90::WarpMma<Fp8, false, true>>(p, tma, sm_count, stream);
     else
       tile_union_detail::launch_kernel<prefill_sm90::WarpMma<Fp8, false>>(p, tma, sm_count, stream);
   } else {

@@ -26,6 +26,8 @@ struct TileUnionParams {
                                    // tile_union_decode_queries(group), or m x Q (decode_geometry)
   bool ways;                       // the decode's FP8 instance: its kernel with ways (warp_mma.cuh;
                                    // DecodeGeometry::ways); the other instances ignore it
+  bool q_in_ring;                  // the decode's FP8 instance, without ways: its kernel that
+                                   // brings Q through the ring (DecodeGeometry::q_in_ring)
   int splits;                      // 1..attn.slots: each (KV head, query tile) pair runs as this
                                    // many tiles, split s taking union entries [n s / splits,
                                    // n (s + 1) / splits) and writing slot s (split-KV decode);

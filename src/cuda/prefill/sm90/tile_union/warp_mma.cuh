@@ -7,7 +7,10 @@
 // A decode block is mostly one query's, so a 64-row WGMMA warpgroup spent three quarters of its
 // tensor and softmax work on rows that chose nothing, and widening K / V in shared memory cost a
 // round trip and a barrier per block; here neither happens. The ring holds only codes, so it
-// is deeper (Traits::kRingStages).
+// is deeper (Traits::kRingStages). Three kernels share this code: the plain one, the one with
+// ways (below), and the one that takes each tile's Q from a ring stage of its own and stores O
+// from registers (Traits::kQInRing: no Q buffer, a sixth stage instead), where the plan
+// expects unions that repeat blocks (tile_union_decode_q_in_ring).
 //
 // Ways (an in-CTA split): a tile of fewer than 128 rows needs only `groups` = ceil(rows / 16)
 // warps; up to 8 / groups `ways` warps per 16-row group (one per 4 entries of the tile's split)
@@ -134,9 +137,28 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
   // largest is exact (bf16 has 8 significant bits, fp16 11). e = 0 when every finite |q| is 0;
   // e <= 126 keeps 2^e and 2^-e normal floats (padding rows hold stale bytes: converted, not
   // measured).
-  const int qb = stage_of(iter, kQBuffers<Traits>);
-  Barrier64::wait(&smem.q_full[qb], parity_of(iter, kQBuffers<Traits>));
-  auto* sq = reinterpret_cast<std::uint8_t*>(smem.q[qb]);
+  // Q's column halves: a ring stage's K and V (kQInRing: ring use `use`, the tile's blocks
+  // following it; this thread's chunks 4 tq .. lie in half tq / 2), or the Q buffer.
+  constexpr std::uint32_t kQStage = Traits::kQInRing ? 1u : 0u;
+  const std::uint8_t* q_mine = nullptr;
+  std::uint8_t* sq = nullptr;  // the Q buffer (the ways merge and the staged O)
+  if constexpr (Traits::kQInRing) {
+    const int s = stage_of(use, kRing);
+    Barrier64::wait(&smem.kv.k_full[s], parity_of(use, kRing));
+    Barrier64::wait(&smem.kv.v_full[s], parity_of(use, kRing));
+    q_mine = reinterpret_cast<const std::uint8_t*>(tq < 2 ? smem.kv.k[s] : smem.kv.v[s]);
+  } else {
+    const int qb = stage_of(iter, kQBuffers<Traits>);
+    Barrier64::wait(&smem.q_full[qb], parity_of(iter, kQBuffers<Traits>));
+    sq = reinterpret_cast<std::uint8_t*>(smem.q[qb]);
+  }
+  // This thread's chunk c of row `r`'s Q.
+  const auto q_chunk = [&](int r, int c) -> const std::uint8_t* {
+    if constexpr (Traits::kQInRing)
+      return q_mine + q_chunk_offset<Traits>(r, 4 * (tq % 2) + c);
+    else
+      return sq + q_chunk_offset<Traits>(r, 4 * tq + c);
+  };
   uint4 qraw[2][4];
   std::uint32_t mx = 0;
 #pragma unroll
@@ -144,7 +166,7 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       // A warp past the last way reads nothing: its group's way 0 may be staging O there.
-      qraw[h][c] = working ? load16(sq + q_chunk_offset<Traits>(row[h], 4 * tq + c)) : make_uint4(0u, 0u, 0u, 0u);
+      qraw[h][c] = working ? load16(q_chunk(row[h], c)) : make_uint4(0u, 0u, 0u, 0u);
       if (row[h] < rows) {
         for (const std::uint32_t w : {qraw[h][c].x, qraw[h][c].y, qraw[h][c].z, qraw[h][c].w}) {
           const std::uint32_t lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;  // |q| bits; 0x7f80 and up: inf, NaN
@@ -154,6 +176,13 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
     }
   }
   mx = __reduce_max_sync(0xffffffffu, mx);
+  if constexpr (Traits::kQInRing) {  // Q is in registers: its stage goes back to the loader
+    __syncwarp();
+    if (lane == 0) {
+      Barrier64::arrive(&smem.kv.k_empty[stage_of(use, kRing)]);
+      Barrier64::arrive(&smem.kv.v_empty[stage_of(use, kRing)]);
+    }
+  }
   // The largest's biased exponent x in [1, 254] (subnormals as 1): e = 14 - (x - 127).
   const int e = mx != 0u ? min(141 - max(static_cast<int>(mx >> 7), 1), 126) : 0;
   std::uint32_t qa[8][4];  // A fragments of the 8 k-steps
@@ -186,7 +215,7 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
 
 #pragma unroll 1
   for (int u = 0; u < n; ++u) {
-    const std::uint32_t at = use + static_cast<std::uint32_t>(u);
+    const std::uint32_t at = use + kQStage + static_cast<std::uint32_t>(u);
     const int s = stage_of(at, kRing);
     const std::uint32_t parity = parity_of(at, kRing);
     const std::uint32_t members = list.members[u0 + u][0];
@@ -385,15 +414,8 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
   }
 
   // Epilogue: as store_tile, per row group, by its way 0. Rows go to slot t.split (direct: out
-  // and lse, with the sink); O is staged into the group's own rows of the Q buffer (read above)
-  // and stored with TMA by the lane owning a box's first row. A box (q_box_rows: G when it
-  // divides 64, else 1) never straddles two groups' rows.
-  const std::int64_t slot_row = std::int64_t(t.split) * p.attn.total_q + t.q0;
-  const auto target = [&](int r) {
-    const int qi = r / group;
-    const int h = t.kv_head * group + (r - qi * group);
-    return RowDest{r < rows, h, static_cast<int>(slot_row + qi), (slot_row + qi) * p.attn.h_q + h};
-  };
+  // and lse, with the sink).
+  const TileRowDest target = tile_row_dest(p, t);
   const bool final_rows = p.direct;
   const bool storing = !kWays || (working && way == 0);  // the group's rows are this warp's to store
   RowNorm norm[2];
@@ -416,30 +438,70 @@ __device__ __forceinline__ void warp_tile(const TileUnionParams& p, const Prefil
   }
   // Chunk c of this thread's 32 columns (32 tq + 8 c ..): c = 0, 1 from O column 2 tq (n-tiles
   // 0-7, 8-15), c = 2, 3 from column 2 tq + 1.
+  const auto chunk = [&](int h, int c) {
+    const int m0 = 8 * (c & 1), v = 2 * h + (c >> 1);
+    const float f = norm[h].inv;
+    uint4 w;
+    w.x = pack_bf16(o[m0 + 0][v] * f, o[m0 + 1][v] * f);
+    w.y = pack_bf16(o[m0 + 2][v] * f, o[m0 + 3][v] * f);
+    w.z = pack_bf16(o[m0 + 4][v] * f, o[m0 + 5][v] * f);
+    w.w = pack_bf16(o[m0 + 6][v] * f, o[m0 + 7][v] * f);
+    return w;
+  };
+  if constexpr (Traits::kQInRing) {
+    // No buffer to stage O in: each row goes from registers to out [total_q, h_q, d] (its
+    // strides; 16-byte aligned rows) or o_partial [slots * total_q, h_q, d]. The quad first
+    // transposes its chunks (lane tq then holds chunk tq of each quad lane k), so that store k
+    // writes the row's bytes [64 k, 64 k + 64) whole.
+    using Element = typename Traits::Element;
 #pragma unroll
-  for (int h = 0; h < 2 && storing; ++h) {
+    for (int h = 0; h < 2; ++h) {
+      const RowDest dest = target(row[h]);
+      uint4 in[4], out[4];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int m0 = 8 * (c & 1), v = 2 * h + (c >> 1);
-      const float f = norm[h].inv;
-      uint4 w;
-      w.x = pack_bf16(o[m0 + 0][v] * f, o[m0 + 1][v] * f);
-      w.y = pack_bf16(o[m0 + 2][v] * f, o[m0 + 3][v] * f);
-      w.z = pack_bf16(o[m0 + 4][v] * f, o[m0 + 5][v] * f);
-      w.w = pack_bf16(o[m0 + 6][v] * f, o[m0 + 7][v] * f);
-      *reinterpret_cast<uint4*>(sq + q_chunk_offset<Traits>(row[h], 4 * tq + c)) = w;
+      for (int c = 0; c < 4; ++c) in[c] = chunk(h, c);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int send = (tq - r) & 3, from = (tq + r) & 3;
+        const uint4 v = send == 0 ? in[0] : send == 1 ? in[1] : send == 2 ? in[2] : in[3];
+        const int src = (lane & ~3) | from;
+        const uint4 got = make_uint4(__shfl_sync(0xffffffffu, v.x, src), __shfl_sync(0xffffffffu, v.y, src),
+                                     __shfl_sync(0xffffffffu, v.z, src), __shfl_sync(0xffffffffu, v.w, src));
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          if (k == from) out[k] = got;
+      }
+      if (!dest.valid) continue;  // the quad's rows: valid or not together
+      Element* dst = final_rows ? static_cast<Element*>(p.attn.out) + dest.o_row * p.attn.stride_out_token +
+                                      dest.h * p.attn.stride_out_head
+                                : static_cast<Element*>(p.attn.o_partial) +
+                                      (std::int64_t(dest.o_row) * p.attn.h_q + dest.h) * Traits::kHeadDim;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) *reinterpret_cast<uint4*>(dst + 32 * k + 8 * tq) = out[k];
     }
-  }
-  cutlass::arch::fence_view_async_shared();  // the stores, visible to TMA
-  __syncwarp();
-  if (storing && lane < 16) {
-    const int r = 16 * rg + lane;
-    if (r % tma.q_box_rows == 0) {
-      const RowDest dest = target(r);
-      if (dest.valid) store_staged_box<Traits, true>(final_rows ? tma.out : tma.o_partial, smem.q[qb], r, dest);
+  } else {
+    // O is staged into the group's own rows of the Q buffer (read above) and stored with TMA by
+    // the lane owning a box's first row. A box (q_box_rows: G when it divides 64, else 1)
+    // never straddles two groups' rows.
+#pragma unroll
+    for (int h = 0; h < 2 && storing; ++h) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        *reinterpret_cast<uint4*>(sq + q_chunk_offset<Traits>(row[h], 4 * tq + c)) = chunk(h, c);
     }
+    cutlass::arch::fence_view_async_shared();  // the stores, visible to TMA
+    __syncwarp();
+    if (storing && lane < 16) {
+      const int r = 16 * rg + lane;
+      if (r % tma.q_box_rows == 0) {
+        const RowDest dest = target(r);
+        if (dest.valid)
+          store_staged_box<Traits, true>(final_rows ? tma.out : tma.o_partial,
+                                         smem.q[stage_of(iter, kQBuffers<Traits>)], r, dest);
+      }
+    }
+    Barrier64::arrive(&smem.q_empty[stage_of(iter, kQBuffers<Traits>)]);
   }
-  Barrier64::arrive(&smem.q_empty[qb]);
 }
 
 // The consumer warps (ct = 0..255) over the tiles of `sched`, in the order the builders and
@@ -471,7 +533,7 @@ __device__ __forceinline__ void warp_consumers(const TileUnionParams& p, const P
     } else {
       warp_tile<false>(p, tma, smem, t, iter, use, warp, lane, kWarps, 1);
     }
-    use += static_cast<std::uint32_t>(n);
+    use += static_cast<std::uint32_t>(n) + (Traits::kQInRing ? 1u : 0u);
     ++iter;
   }
 }
