@@ -87,6 +87,12 @@ __device__ __forceinline__ UnionEntry union_entry(const List& list, int u) {
   return e;
 }
 
+// Whether no other tile reads union entry u's block (the narrow lists' seg_once; KvL2Hint).
+template <class List>
+__device__ __forceinline__ bool read_once(const List& list, int u) {
+  return list.seg_once[union_key::segment(list.block[u])] != 0;
+}
+
 // The narrow instances' build_list (tiles of at most 32 queries and kMaxEntries entries): each
 // entry's key, first entry and rank in scratch.
 template <class Traits>
@@ -103,7 +109,9 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
   const auto query_of = [&](int e) { return Traits::kWarpMma ? e % t.nq : e / topk; };
   const auto slot_of = [&](int e) { return Traits::kWarpMma ? e / t.nq : e % topk; };
   // 1. Each query's request, segment and position (one warp: nq <= 32); the first query of each
-  // segment writes the segment's (request, k_len), so every segment a key names is written once.
+  // segment writes the segment's (request, k_len, whether its blocks are this tile's alone: the
+  // decode's request wholly in the tile; other splits of the pair read other entries), so every
+  // segment a key names is written once.
   if (bt < 32) {
     const bool active = bt < t.nq;
     TileQuery tq{};
@@ -119,6 +127,9 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
       if ((peers & ((1u << bt) - 1u)) == 0u) {
         list.seg_b[tq.segment] = tq.b;
         list.seg_klen[tq.segment] = tq.k_len;
+        const std::int64_t first = std::int64_t(tq.b) * p.q_per_request;
+        list.seg_once[tq.segment] =
+            Traits::kSkipBlocks && p.q_per_request > 0 && first >= t.q0 && first + p.q_per_request <= t.q0 + t.nq;
       }
     }
   }

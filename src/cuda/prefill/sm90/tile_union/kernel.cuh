@@ -116,7 +116,7 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
     const int end = list.end;
     for (int u = list.begin; u < end; ++u) {
       const UnionEntry e = union_entry(list, u);
-      kv.load(kv_head, e.b, e.block_start, e.k_len);
+      kv.load(kv_head, e.b, e.block_start, e.k_len, Traits::kSkipBlocks && read_once(list, u));
     }
     Barrier64::arrive(&smem.list_empty[buf]);  // every lane read the list
     ++iter;
