@@ -155,4 +155,7 @@ TEST(DecodeGeometry, QInRingWhereUnionsRepeatBlocks) {
   EXPECT_FALSE(geo(32, 1, 100000).q_in_ring);   // the kernel with ways
   EXPECT_FALSE(geo(8, 1, 1000).q_in_ring);      // one query, no repeats
   EXPECT_FALSE(geo(128, 8, 0).q_in_ring);       // no bound on seq_len (sparse_decode())
+  // DecodeCuda's fp8_q5_g12_ring and fp8_b40_q8_g4_ring run the Q-in-ring kernel.
+  EXPECT_TRUE(msa::cuda::decode_geometry({.h_q = 48, .h_kv = 4, .d = 128, .topk = 16}, 9, 5, 1900).q_in_ring);
+  EXPECT_TRUE(msa::cuda::decode_geometry({.h_q = 16, .h_kv = 4, .d = 128, .topk = 16}, 40, 8, 1500).q_in_ring);
 }
