@@ -182,8 +182,10 @@ std::vector<Case> cases() {
     c.push_back(huge);
     // Most cases above run the kernel with Q in the ring (short requests: their choices repeat
     // blocks); long requests keep the plain kernel (DecodeGeometry.QInRingWhereUnionsRepeatBlocks):
-    // here 140 unsplit tiles, so some CTAs run two.
-    Case plain = make_case("fp8_b70_q4_g16_plain", 64, 4, 16, 128, 4, lengths(70, 4, 7000, 22), Selection::kRandom, 22);
+    // here one request of 30000 tokens bounds seq_len, and 140 unsplit tiles make some CTAs run two.
+    std::vector<int> plain_lengths = lengths(69, 4, 7000, 22);
+    plain_lengths.push_back(30000);
+    Case plain = make_case("fp8_b70_q4_g16_plain", 64, 4, 16, 128, 4, plain_lengths, Selection::kRandom, 22);
     plain.k_descale = {0.02f, 0.01f, 0.03f, 0.04f};
     plain.v_descale = {0.03f};
     c.push_back(plain);
