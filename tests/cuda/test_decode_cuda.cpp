@@ -182,11 +182,24 @@ std::vector<Case> cases() {
     c.push_back(huge);
     // Most cases above run the kernel with Q in the ring (short requests: their choices repeat
     // blocks); long requests keep the plain kernel (DecodeGeometry.QInRingWhereUnionsRepeatBlocks):
-    // here 140 unsplit tiles, so some CTAs run two.
-    Case plain = make_case("fp8_b70_q4_g16_plain", 64, 4, 16, 128, 4, lengths(70, 4, 7000, 22), Selection::kRandom, 22);
+    // here one request of 30000 tokens bounds seq_len, and 140 unsplit tiles make some CTAs run two.
+    std::vector<int> plain_lengths = lengths(69, 4, 7000, 22);
+    plain_lengths.push_back(30000);
+    Case plain = make_case("fp8_b70_q4_g16_plain", 64, 4, 16, 128, 4, plain_lengths, Selection::kRandom, 22);
     plain.k_descale = {0.02f, 0.01f, 0.03f, 0.04f};
     plain.v_descale = {0.03f};
     c.push_back(plain);
+    // The Q-in-ring kernel where Q boxes are one row (G = 12 does not divide 64) and where a tile
+    // holds several requests (G = 4, tiles of 16 queries: two requests).
+    Case ring12 = make_case("fp8_q5_g12_ring", 48, 4, 16, 32, 5, lengths(9, 5, 1900, 23), Selection::kRandom, 23);
+    ring12.k_descale = {0.02f, 0.04f, 0.01f, 0.03f};
+    ring12.v_descale = {0.025f};
+    c.push_back(ring12);
+    Case ring4 = make_case("fp8_b40_q8_g4_ring", 16, 4, 16, 64, 8, lengths(40, 8, 1500, 24), Selection::kRandom, 24);
+    ring4.spec.sinks = true;
+    ring4.k_descale = {0.03f};
+    ring4.v_descale = {0.02f, 0.01f, 0.05f, 0.04f};
+    c.push_back(ring4);
   }
   return c;
 }

@@ -136,23 +136,29 @@ TEST(DecodeGeometry, WaysOnlyWhereASplitCanHoldTwoWays) {
 }
 
 // The FP8 decode's kernel with Q in the ring (tile_union_decode_q_in_ring, docs/performance.md
-// step 55) only where a tile's choices must repeat its union's blocks by half again: short
-// requests (few blocks to choose from) at Q of 2 and more; never with ways, nor without a bound
-// on seq_len.
+// steps 55 and 56) only where a request's queries in a tile would repeat blocks at 1.25 choices
+// per block of their expected union: short requests (few blocks to choose from) at Q of 2 and
+// more; never with ways, nor without a bound on seq_len.
 TEST(DecodeGeometry, QInRingWhereUnionsRepeatBlocks) {
   const msa::AttentionShape s{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
   const auto geo = [&](std::int64_t b, int q, std::int64_t k) { return msa::cuda::decode_geometry(s, b, q, k); };
   EXPECT_TRUE(geo(128, 8, 10000).q_in_ring);    // 128 choices, 79 blocks
   EXPECT_TRUE(geo(32, 16, 10000).q_in_ring);    // sibling tiles of 8 queries
   EXPECT_TRUE(geo(96, 8, 1024).q_in_ring);      // 8 blocks: every one chosen by every query
-  EXPECT_TRUE(geo(1, 8, 1000).q_in_ring);       // split: the choices count per pair
+  EXPECT_TRUE(geo(1, 8, 1000).q_in_ring);       // split
   EXPECT_TRUE(geo(8, 2, 1000).q_in_ring);       // tiles of four requests, 8 blocks each
-  EXPECT_FALSE(geo(128, 8, 200000).q_in_ring);  // every choice can take a block of its own
-  EXPECT_TRUE(geo(128, 8, 10880).q_in_ring);    // 85 blocks: 128 choices repeat them by half again
-  EXPECT_FALSE(geo(128, 8, 11008).q_in_ring);   // 86 blocks: by less
-  EXPECT_FALSE(geo(128, 4, 100000).q_in_ring);  // two requests a tile, 64 choices each
-  EXPECT_FALSE(geo(70, 4, 7000).q_in_ring);     // 55 blocks, two requests a tile (DecodeCuda's fp8_b70_q4_g16_plain)
+  EXPECT_FALSE(geo(128, 8, 200000).q_in_ring);  // choices mostly on blocks of their own
+  EXPECT_TRUE(geo(128, 8, 31488).q_in_ring);    // 246 blocks: 1.2505 choices per expected block
+  EXPECT_FALSE(geo(128, 8, 31489).q_in_ring);   // 247 blocks: 1.2494
+  EXPECT_TRUE(geo(128, 4, 10000).q_in_ring);    // two requests a tile, 4 queries each: 1.36
+  EXPECT_FALSE(geo(128, 4, 100000).q_in_ring);  // 1.03
+  EXPECT_TRUE(geo(70, 4, 7000).q_in_ring);      // 55 blocks: 1.56
+  EXPECT_FALSE(geo(70, 4, 30000).q_in_ring);    // 235 blocks: 1.11 (DecodeCuda's fp8_b70_q4_g16_plain)
+  EXPECT_FALSE(geo(64, 2, 6000).q_in_ring);     // 47 blocks: 1.21
   EXPECT_FALSE(geo(32, 1, 100000).q_in_ring);   // the kernel with ways
   EXPECT_FALSE(geo(8, 1, 1000).q_in_ring);      // one query, no repeats
   EXPECT_FALSE(geo(128, 8, 0).q_in_ring);       // no bound on seq_len (sparse_decode())
+  // DecodeCuda's fp8_q5_g12_ring and fp8_b40_q8_g4_ring run the Q-in-ring kernel.
+  EXPECT_TRUE(msa::cuda::decode_geometry({.h_q = 48, .h_kv = 4, .d = 128, .topk = 16}, 9, 5, 1900).q_in_ring);
+  EXPECT_TRUE(msa::cuda::decode_geometry({.h_q = 16, .h_kv = 4, .d = 128, .topk = 16}, 40, 8, 1500).q_in_ring);
 }

@@ -34,8 +34,11 @@ void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile,
   g.splits = static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1,
                                                        kDecodeMaxSplits));
   g.ways = tile_union_decode_ways(std::int64_t(q_per_tile) * shape.group(), entries, g.splits);
-  // Without a bound on seq_len the unions' repeats are unknown: the plain kernel.
-  g.q_in_ring = !g.ways && max_seq_len > 0 && tile_union_decode_q_in_ring(choices, entries);
+  // The repeats of a request's queries in a tile (without a bound on seq_len they are unknown:
+  // the plain kernel).
+  const int request_queries = std::min(g.q_per_request, q_per_tile);
+  g.q_in_ring = !g.ways && max_seq_len > 0 &&
+                tile_union_decode_q_in_ring(request_queries, std::min<std::int64_t>(shape.topk, blocks), blocks);
 }
 
 }  // namespace

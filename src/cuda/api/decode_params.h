@@ -41,7 +41,7 @@ struct DecodeGeometry {
   bool ways = false;         // FP8 K/V: the kernel with ways (tile_union_decode_ways: tiles of
                              // at most kDecodeWayRows rows whose splits can hold two ways' entries)
   bool q_in_ring = false;    // FP8 K/V, no ways: the kernel that brings Q through the ring
-                             // (tile_union_decode_q_in_ring: unions bound to repeat blocks)
+                             // (tile_union_decode_q_in_ring: unions expected to repeat blocks)
 };
 
 // From host-known sizes only (plan()): B, Q and a bound on seq_len. msa::Error on sizes the CUDA

@@ -88,15 +88,26 @@ __device__ __forceinline__ std::uint32_t block_chunks(const AttentionParams& p, 
   return mask;
 }
 
+// The L2 eviction priority of a block's K / V boxes. A block that another CTA may read again
+// in the same call (the prefill's blocks, seen by every later query tile; a decode block of a
+// request whose queries span two tiles) stays with EVICT_LAST. A decode block that only its
+// tile reads goes with EVICT_FIRST: nothing reads it again in the call, and EVICT_LAST there
+// made the steps of 8 requests 4-8% slower and smaller ones up to 3% (docs/performance.md
+// step 56; on steps whose tiles share a request's blocks, EVICT_FIRST cost up to 10%).
+struct KvL2Hint {
+  static constexpr auto kShared = static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST);
+  static constexpr auto kOnce = static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
+};
+
 // Issues the TMA boxes of one K or V block (tokens [block_start, block_start + 128) of request
 // b) into the block at `dst` (at Traits::kv_load_offset), completing on `bar`: lane j issues
 // page j (paged) or lane 0 the whole block (flat). Pages wholly past k_len, and ids outside
 // [0, num_pages), are addressed out of bounds, which TMA fills with zeros without reading. The
-// caller armed `bar` with kBlockBytes.
+// caller armed `bar` with kBlockBytes. `once`: no other tile reads the block (KvL2Hint).
 template <class Traits>
 __device__ __forceinline__ void load_block(const AttentionParams& p, const CUtensorMap* map, int box_rows, int kv_head,
-                                           int b, int block_start, int k_len, void* dst, std::uint64_t* bar,
-                                           int lane) {
+                                           int b, int block_start, int k_len, void* dst, std::uint64_t* bar, int lane,
+                                           bool once) {
   const int pages = Traits::kBlockN / box_rows;
   if (lane >= pages) return;
   const int t0 = lane * box_rows;
@@ -111,7 +122,7 @@ __device__ __forceinline__ void load_block(const AttentionParams& p, const CUten
   auto* bytes = reinterpret_cast<std::uint8_t*>(dst);
 #pragma unroll
   for (int c = 0; c < Traits::kKvLoadBoxes; ++c)
-    cute::SM90_TMA_LOAD_4D::copy(map, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST),
+    cute::SM90_TMA_LOAD_4D::copy(map, bar, once ? KvL2Hint::kOnce : KvL2Hint::kShared,
                                  bytes + Traits::kv_load_offset(t0, c), c * Traits::kKvLoadCols, token, kv_head, page);
 }
 
@@ -142,11 +153,12 @@ struct KvLoader {
   std::uint32_t tail_phase = 0;  // v_tail's parity
 
   // Loads one block's K and V (tokens [block_start, block_start + 128) of request b, KV head
-  // kv_head) into stage use % kRingStages, after waiting for the stage to be free. A block that
-  // ends past k_len has its V rows there zeroed before v_full completes (stale cache memory may hold NaN,
-  // and P = 0 times NaN is NaN): its V goes through the loader's v_tail barrier first (kWarpMma:
-  // its consumers read rows past k_len as zeros instead). One warp.
-  __device__ __forceinline__ void load(int kv_head, int b, int block_start, int k_len) {
+  // kv_head; `once`: no other tile reads it, KvL2Hint) into stage use % kRingStages, after
+  // waiting for the stage to be free. A block that ends past k_len has its V rows there zeroed
+  // before v_full completes (stale cache memory may hold NaN, and P = 0 times NaN is NaN): its V
+  // goes through the loader's v_tail barrier first (kWarpMma: its consumers read rows past k_len
+  // as zeros instead). One warp.
+  __device__ __forceinline__ void load(int kv_head, int b, int block_start, int k_len, bool once = false) {
     constexpr int kRing = Traits::kRingStages;
     const int lane = opaque_tid();
     const int s = stage_of(use, kRing);
@@ -155,7 +167,7 @@ struct KvLoader {
     const auto issue = [&](const CUtensorMap* map, void* dst, std::uint64_t* bar) {
       if (lane == 0) Barrier64::arrive_and_expect_tx(bar, Traits::kBlockBytes);
       __syncwarp();
-      load_block<Traits>(p, map, tma.kv_box_rows, kv_head, b, block_start, k_len, dst, bar, lane);
+      load_block<Traits>(p, map, tma.kv_box_rows, kv_head, b, block_start, k_len, dst, bar, lane, once);
     };
     Barrier64::wait(&ring.k_empty[s], free_parity);
     if constexpr (Traits::kWarpMma) {  // codes, published as they land

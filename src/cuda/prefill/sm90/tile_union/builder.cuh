@@ -87,6 +87,12 @@ __device__ __forceinline__ UnionEntry union_entry(const List& list, int u) {
   return e;
 }
 
+// Whether no other tile reads union entry u's block (the narrow lists' once_segments; KvL2Hint).
+template <class List>
+__device__ __forceinline__ bool read_once(const List& list, int u) {
+  return ((list.once_segments >> union_key::segment(list.block[u])) & 1u) != 0u;
+}
+
 // The narrow instances' build_list (tiles of at most 32 queries and kMaxEntries entries): each
 // entry's key, first entry and rank in scratch.
 template <class Traits>
@@ -103,7 +109,9 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
   const auto query_of = [&](int e) { return Traits::kWarpMma ? e % t.nq : e / topk; };
   const auto slot_of = [&](int e) { return Traits::kWarpMma ? e / t.nq : e % topk; };
   // 1. Each query's request, segment and position (one warp: nq <= 32); the first query of each
-  // segment writes the segment's (request, k_len), so every segment a key names is written once.
+  // segment writes the segment's (request, k_len), so every segment a key names is written once;
+  // and the segments whose blocks are this tile's alone (the decode's requests wholly in the
+  // tile; other splits of the pair read other entries).
   if (bt < 32) {
     const bool active = bt < t.nq;
     TileQuery tq{};
@@ -121,6 +129,11 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
         list.seg_klen[tq.segment] = tq.k_len;
       }
     }
+    const std::int64_t first = std::int64_t(tq.b) * p.q_per_request;
+    const bool once =
+        Traits::kSkipBlocks && active && p.q_per_request > 0 && first >= t.q0 && first + p.q_per_request <= t.q0 + t.nq;
+    const std::uint32_t once_segments = __reduce_or_sync(0xffffffffu, once ? 1u << tq.segment : 0u);
+    if (bt == 0) list.once_segments = once_segments;
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 2. Entry keys.

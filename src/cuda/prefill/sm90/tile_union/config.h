@@ -30,6 +30,9 @@ struct UnionList {
   std::int32_t q_pos[kQueries];                 // position of tile query i in its request
   std::int32_t seg_b[kQueries];                 // request of tile segment s
   std::int32_t seg_klen[kQueries];              // its k_len
+  std::uint32_t once_segments;                  // bit s: no other tile reads segment s's blocks
+                                                // (a decode request wholly in the tile; KvL2Hint);
+                                                // the narrow builders' (the wide ones': unset)
   std::int32_t size;                            // union entries
   std::int32_t begin, end;                      // the tile's split of them: entries [begin, end)
 };

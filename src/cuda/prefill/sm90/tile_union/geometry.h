@@ -133,19 +133,27 @@ static_assert(tile_union_decode_ways(16, 16, 1) && tile_union_decode_ways(16, 16
 
 // The FP8 decode's kernel without ways that brings each tile's Q through the K/V ring (a
 // sixth stage in the Q buffer's place, O stored from registers; warp_mma.cuh) where a tile's
-// `choices` (queries x blocks each chooses) must repeat blocks of its union, which holds at
-// most `entries`: by half again at least, so that its blocks carry 1.5 choices on average or
-// more and the warps' arithmetic, not the copy, bounds the step. There it was 4-9% faster
-// (B = 32 and 128 at L = 10k, Q = 8 and 16: 128 choices on 79 blocks); where every choice can
-// take a block of its own and CTAs run several tiles near copy bandwidth it was 5-7% slower
-// (B = 128 at L = 100k / 200k, Q = 4 / 8), so those keep the kernel with a Q buffer
-// (docs/performance.md step 55).
-constexpr bool tile_union_decode_q_in_ring(std::int64_t choices, std::int64_t entries) {
-  return entries > 0 && 2 * choices >= 3 * entries;
+// choices repeat blocks of its union, so that the warps' arithmetic, not the copy, bounds the
+// step. The plan knows only a bound on seq_len, so it counts the repeats that `queries` queries
+// of one request would make choosing `k` of `blocks` blocks each at random: their choices
+// (queries x k) against their expected union, blocks x (1 - (1 - k / blocks)^queries). Real
+// choices cluster, so they repeat more. The ring kernel is taken from 1.25 choices per expected
+// block: at Q = 8 (one request a tile, G = 16) up to L = 31.5k. Measured (docs/performance.md
+// steps 55 and 56): 3-9% faster from L = 1k to 30k (1.27 choices a block there), even at 50k
+// (1.15), and 5-7% slower where CTAs run several tiles near copy bandwidth (B = 128 at L = 100k
+// / 200k, Q = 4 / 8: 1.02-1.06).
+constexpr bool tile_union_decode_q_in_ring(int queries, std::int64_t k, std::int64_t blocks) {
+  if (queries < 1 || k < 1 || blocks < k) return false;
+  double miss = 1.0;  // the chance that a query's choices miss a given block, to the power queries
+  for (int q = 0; q < queries; ++q) miss *= 1.0 - static_cast<double>(k) / static_cast<double>(blocks);
+  const double expected = static_cast<double>(blocks) * (1.0 - miss);
+  return static_cast<double>(queries) * static_cast<double>(k) >= 1.25 * expected;
 }
-static_assert(tile_union_decode_q_in_ring(128, 79) && tile_union_decode_q_in_ring(128, 8) &&
-              !tile_union_decode_q_in_ring(128, 128) && !tile_union_decode_q_in_ring(64, 64) &&
-              !tile_union_decode_q_in_ring(0, 0));
+static_assert(tile_union_decode_q_in_ring(8, 16, 79) && tile_union_decode_q_in_ring(8, 8, 8) &&
+              tile_union_decode_q_in_ring(8, 16, 234) && !tile_union_decode_q_in_ring(8, 16, 250) &&
+              !tile_union_decode_q_in_ring(8, 16, 1563) && !tile_union_decode_q_in_ring(1, 16, 79) &&
+              !tile_union_decode_q_in_ring(4, 16, 782) && !tile_union_decode_q_in_ring(0, 16, 79) &&
+              !tile_union_decode_q_in_ring(8, 16, 8));
 
 // Queries per decode tile: at most 16 whatever the top-k (a decode request brings 1-16 queries;
 // the decode's tiles and splits were measured with these, docs/performance.md, step 14e).

@@ -60,14 +60,24 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
     const int bt = opaque_tid() - 32;
     // Q first (it needs no list: its latency hides behind the union build), once the tile
     // kQBuffers back has stored its O from the buffer (Traits::kQInRing: the loader brings Q).
-    if constexpr (!Traits::kQInRing) {
-      const int qb = stage_of(iter, kQBuffers<Traits>);
-      Barrier64::wait(&smem.q_empty[qb], parity_of(iter, kQBuffers<Traits>) ^ 1u);
-      load_q<Traits>(p, tma, t, smem.q[qb], &smem.q_full[qb], bt);
-    }
+    // The plain FP8 kernel (one Q buffer, no ways) builds a CTA's later tiles' lists first,
+    // while the tile before still computes, so that the loader streams on across the tile
+    // boundary; their Q waits for that tile's O stores.
+    constexpr bool kListEarly = Traits::kWarpMma && !Traits::kWays && !Traits::kQInRing;
+    const int qb = stage_of(iter, kQBuffers<Traits>);
+    const auto q = [&] {
+      if constexpr (!Traits::kQInRing) {
+        Barrier64::wait(&smem.q_empty[qb], parity_of(iter, kQBuffers<Traits>) ^ 1u);
+        load_q<Traits>(p, tma, t, smem.q[qb], &smem.q_full[qb], bt);
+      }
+    };
+    const bool q_first = !kListEarly || iter == 0;
+    if (q_first) q();
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
     build_list(p, t, smem, smem.list[buf], bt);
     Barrier64::arrive(&smem.list_full[buf]);
+    if constexpr (kListEarly)
+      if (!q_first) q();
     ++iter;
   }
 }
@@ -116,7 +126,7 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
     const int end = list.end;
     for (int u = list.begin; u < end; ++u) {
       const UnionEntry e = union_entry(list, u);
-      kv.load(kv_head, e.b, e.block_start, e.k_len);
+      kv.load(kv_head, e.b, e.block_start, e.k_len, Traits::kSkipBlocks && read_once(list, u));
     }
     Barrier64::arrive(&smem.list_empty[buf]);  // every lane read the list
     ++iter;
