@@ -7,7 +7,8 @@
 // K/V live in one pool of physical pages (8 GiB by default, filled once) that every case's page
 // tables map into at random, so a 200k-token batch of 128 requests needs no 50 GB cache; each
 // timed replay uses the next of `sets` page tables (and Q / out buffers), enough sets that the
-// pages one replay reads exceed 2x L2 before they are read again.
+// pages one replay reads exceed 2x L2 before they are read again. With --shared-prefix, every
+// request's first pages are request 0's, as a prefix cache maps a common prompt.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -58,6 +59,7 @@ struct DecodeBenchOptions {
   std::vector<Generator> gens = generators();
   std::vector<bool> fp8 = {false};  // K/V caches: bf16, FP8 E4M3 (true)
   double pool_gib = 8.0;
+  int shared_prefix = 0;  // tokens (whole pages) every request maps to request 0's pages
   std::uint64_t seed = 1;
   int warmup = 5;
   int reps = 20;
@@ -69,8 +71,9 @@ std::string usage() {
          "\n"
          "Times one CUDA sparse decode step (run(), replayed in a CUDA graph) per case of the grid\n"
          "batch x length x queries per request x generator x K/V dtype, paged K/V (page 128), and\n"
-         "reports the bytes it must read (each request's and KV head's union of selected blocks, plus\n"
-         "Q and out) against the copy bandwidth measured at the start.\n"
+         "reports the bytes it must read (per request and KV head the union of its selected blocks, a\n"
+         "shared prefix's blocks once per KV head; plus Q and out) against the copy bandwidth measured\n"
+         "at the start.\n"
          "\n"
          "options (default in brackets):\n"
          "  --batch N,...     requests per step [1,2,4,8,32,64,128]\n"
@@ -80,6 +83,8 @@ std::string usage() {
          "  --kv LIST         K/V cache dtypes: bf16, fp8 (E4M3, descale per KV head), comma separated [bf16]\n"
          "  --h-q N --h-kv N --topk N   geometry [64, 4, 16]; d is 128\n"
          "  --pool-gib X      K/V page pool [8]\n"
+         "  --shared-prefix N the first N tokens (whole pages of 128) of every request on the same\n"
+         "                    physical pages, as a prefix cache maps a common prompt [0]\n"
          "  --seed N          [1]\n"
          "  --warmup N --reps N   graph replays [5, 20]\n";
 }
@@ -107,6 +112,8 @@ DecodeBenchOptions parse(const std::vector<std::string>& args) {
         o.fp8.push_back(item == "fp8");
       }
     } else if (name == "--pool-gib") o.pool_gib = r.integer(1, 64);
+    else if (name == "--shared-prefix")
+      o.shared_prefix = r.integer(0, 1 << 22);
     else r.unknown();
   }
   if (!gens.empty()) o.gens = gens;
@@ -119,31 +126,36 @@ DecodeBenchOptions parse(const std::vector<std::string>& args) {
 constexpr int kPage = 128;
 
 // Bytes one step must read and write: per (request, KV head) the union of its queries' valid
-// selected blocks, each block's tokens below seq_len (K and V, kv_bytes each); plus Q and out
-// (2 bytes each).
+// selected blocks, the first `shared_blocks` (the same pages in every request) once per KV head,
+// each block's tokens below seq_len (K and V, kv_bytes each); plus Q and out (2 bytes each).
 struct StepBytes {
   double kv = 0, q = 0, out = 0;
   double union_blocks = 0;  // mean union size per (request, KV head)
   double total() const { return kv + q + out; }
 };
 
-StepBytes step_bytes(const AttentionShape& s, const bench::Workload& w, int q_per_request, int kv_bytes) {
+StepBytes step_bytes(const AttentionShape& s, const bench::Workload& w, int q_per_request, int kv_bytes,
+                     std::int64_t shared_blocks) {
   StepBytes r;
   const auto* ids = w.topk.data<std::int32_t>();  // [h_kv, B * Q, K]
   const auto batch = static_cast<std::int64_t>(w.spec.requests.size());
   std::int64_t unions = 0;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t len = w.spec.requests[b].k_len;
-    const std::int64_t blocks = (len + kBlockSize - 1) / kBlockSize;
-    for (int g = 0; g < s.h_kv; ++g) {
+  for (int g = 0; g < s.h_kv; ++g) {
+    std::set<std::int32_t> shared;  // the shared prefix's blocks read by any request
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t len = w.spec.requests[b].k_len;
+      const std::int64_t blocks = (len + kBlockSize - 1) / kBlockSize;
       std::set<std::int32_t> u;
       for (int t = 0; t < q_per_request; ++t)
         for (int k = 0; k < s.topk; ++k) {
           const std::int32_t id = ids[(std::int64_t(g) * w.total_q + b * q_per_request + t) * s.topk + k];
           if (id >= 0 && id < blocks) u.insert(id);
         }
-      for (const std::int32_t id : u)
+      for (const std::int32_t id : u) {
+        // Every request is as long as request 0 here, so a shared block holds the same tokens.
+        if (id < shared_blocks && !shared.insert(id).second) continue;
         r.kv += 2.0 * kv_bytes * s.d * static_cast<double>(std::min<std::int64_t>(kBlockSize, len - std::int64_t(id) * kBlockSize));
+      }
       unions += static_cast<std::int64_t>(u.size());
     }
   }
@@ -193,7 +205,8 @@ std::vector<std::string> bench_case(const DecodeBenchOptions& o, const Pool& poo
   spec.seed = o.seed + static_cast<std::uint64_t>(batch) * 1000003u + static_cast<std::uint64_t>(len) * 31u + q;
   spec.host_values = false;
   const bench::Workload w = bench::make_workload(spec);
-  const StepBytes bytes = step_bytes(s, w, q, fp8 ? 1 : 2);
+  const std::int64_t shared_blocks = std::min<std::int64_t>(o.shared_prefix, std::max(len, q)) / kPage;
+  const StepBytes bytes = step_bytes(s, w, q, fp8 ? 1 : 2, shared_blocks);
   const std::int64_t total_q = w.total_q;
 
   // Rotation: enough sets that one replay's pages are evicted before the set comes back.
@@ -208,6 +221,8 @@ std::vector<std::string> bench_case(const DecodeBenchOptions& o, const Pool& poo
   for (int i = 0; i < sets; ++i) {
     auto* t = table.data<std::int32_t>();
     for (std::int64_t j = 0; j < table.numel(); ++j) t[j] = static_cast<std::int32_t>(physical(rng));
+    for (std::int64_t b = 1; b < batch; ++b)  // the shared prefix: request 0's pages
+      std::copy(t, t + std::min(shared_blocks, max_pages), t + b * max_pages);
     tables.push_back(upload(table));
     qs.emplace_back(q_bytes);
     outs.emplace_back(q_bytes);
@@ -310,6 +325,9 @@ int bench_decode_command(const std::vector<std::string>& args) {
               "graph replays after %d warm-up\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, s.h_q, s.h_kv, s.d, s.topk, kPage,
               copy_bw * 1e-9, 2.0 * page_bytes * pool.pages / double(1 << 30), o.reps, o.warmup);
+  if (o.shared_prefix >= kPage)
+    std::printf("shared prefix: the first %d tokens of every request on request 0's pages\n",
+                o.shared_prefix / kPage * kPage);
   Table table({{"B", true}, {"L", true}, {"Q", true}, {"gen"}, {"kv"}, {"union", true}, {"MB", true}, {"us", true},
                {"cv", true}, {"b2b us", true}, {"GB/s", true}, {"% copy", true}, {"sets", true}});
   for (const Generator& gen : o.gens)
@@ -321,10 +339,12 @@ int bench_decode_command(const std::vector<std::string>& args) {
             std::fprintf(stderr, "  done: B %d L %d Q %d %s %s\n", batch, len, q, gen.name.c_str(), fp8 ? "fp8" : "bf16");
           }
   table.print(stdout);
-  std::printf("union = mean blocks per (request, KV head) in the union of its queries' selections; MB = the bytes "
-              "a step must read (those blocks' K and V below seq_len, in the kv dtype; Q) and write (out); %% copy = (MB / us) / copy "
-              "bandwidth; b2b us = per step when the replays are enqueued back to back (the host ahead, as in an engine's "
-              "graph of many layers): us less b2b us is about the graph's submission\n");
+  std::printf(
+      "union = mean blocks per (request, KV head) in the union of its queries' selections; MB = the bytes "
+      "a step must read (those blocks' K and V below seq_len, in the kv dtype, a shared prefix's pages once; Q) and "
+      "write (out); %% copy = (MB / us) / copy "
+      "bandwidth; b2b us = per step when the replays are enqueued back to back (the host ahead, as in an engine's "
+      "graph of many layers): us less b2b us is about the graph's submission\n");
   return kExitPass;
 #else
   throw UsageError("msa bench decode: this build has no CUDA backend");
