@@ -92,7 +92,7 @@ __device__ __forceinline__ std::uint32_t block_chunks(const AttentionParams& p, 
 // in the same call (the prefill's blocks, seen by every later query tile; a decode block of a
 // request whose queries span two tiles) stays with EVICT_LAST. A decode block that only its
 // tile reads goes with EVICT_FIRST: nothing reads it again in the call, and EVICT_LAST there
-// made the steps of 8 requests 4-8% slower and smaller ones up to 3% (docs/performance.md
+// made the steps of 8 requests 4-8% slower and smaller ones up to 4% (docs/performance.md
 // step 56; on steps whose tiles share a request's blocks, EVICT_FIRST cost up to 10%).
 struct KvL2Hint {
   static constexpr auto kShared = static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST);

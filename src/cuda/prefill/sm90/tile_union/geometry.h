@@ -139,7 +139,7 @@ static_assert(tile_union_decode_ways(16, 16, 1) && tile_union_decode_ways(16, 16
 // (queries x k) against their expected union, blocks x (1 - (1 - k / blocks)^queries). Real
 // choices cluster, so they repeat more. The ring kernel is taken from 1.25 choices per expected
 // block: at Q = 8 (one request a tile, G = 16) up to L = 31.5k. Measured (docs/performance.md
-// steps 55 and 56): 3-9% faster from L = 1k to 30k (1.27 choices a block there), even at 50k
+// steps 55 and 56): 2-9% faster from L = 1k to 30k (1.27 choices a block there), even at 50k
 // (1.15), and 5-7% slower where CTAs run several tiles near copy bandwidth (B = 128 at L = 100k
 // / 200k, Q = 4 / 8: 1.02-1.06).
 constexpr bool tile_union_decode_q_in_ring(int queries, std::int64_t k, std::int64_t blocks) {
