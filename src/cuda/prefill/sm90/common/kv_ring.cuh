@@ -2,7 +2,8 @@
 // TMA into a ring of Traits::kRingStages stages (one box per page and column half; 2 stages of
 // 16-bit K/V, 5 or 6 of FP8 codes), the V rows past k_len zeroed, and
 // the valid-page mask of a block. The loader warp of each kernel calls KvLoader::load once per
-// block it streams; the consumers release a stage through k_empty / v_empty.
+// block it streams (the tile-union prefill's: load_at, its page-table entries read a chunk of
+// blocks ahead); the consumers release a stage through k_empty / v_empty.
 //
 // FP8 E4M3 K/V (Traits::kWarpMma, the decode's FP8 instance): the stages hold the codes as
 // stored (16 KB a block, so Traits::kRingStages of them), published on k_full / v_full as they
@@ -99,26 +100,33 @@ struct KvL2Hint {
   static constexpr auto kOnce = static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
 };
 
-// Issues the TMA boxes of one K or V block (tokens [block_start, block_start + 128) of request
-// b) into the block at `dst` (at Traits::kv_load_offset), completing on `bar`: lane j issues
-// page j (paged) or lane 0 the whole block (flat). Pages wholly past k_len, and ids outside
-// [0, num_pages), are addressed out of bounds, which TMA fills with zeros without reading. The
-// caller armed `bar` with kBlockBytes. `once`: no other tile reads the block (KvL2Hint).
-template <class Traits>
+// Where box `box` of a block lies in its tensor map (tokens [block_start, block_start + 128) of
+// request b; box j covers tokens [j box_rows, (j + 1) box_rows) of it): paged, the page
+// (box_page's, so num_pages past k_len or the table); flat, the block's first row. A global
+// read.
+__device__ __forceinline__ int box_coord(const AttentionParams& p, int box_rows, int b, int block_start, int k_len,
+                                         int box) {
+  if (p.page_table != nullptr) return box_page(p, b, block_start + box * box_rows, k_len).page;
+  return p.cu_seqlens_k[b] + block_start;
+}
+
+// Issues the TMA boxes of one K or V block into the block at `dst` (at
+// Traits::kv_load_offset), completing on `bar`: lane j issues box j (paged: page j of the
+// block; flat: lane 0 the whole block) at coord_of(j), its box_coord. Pages wholly past k_len,
+// and ids outside [0, num_pages), are addressed out of bounds, which TMA fills with zeros
+// without reading. The caller armed `bar` with kBlockBytes. `once`: no other tile reads the
+// block (KvL2Hint).
+template <class Traits, class CoordOf>
 __device__ __forceinline__ void load_block(const AttentionParams& p, const CUtensorMap* map, int box_rows, int kv_head,
-                                           int b, int block_start, int k_len, void* dst, std::uint64_t* bar, int lane,
+                                           const CoordOf& coord_of, void* dst, std::uint64_t* bar, int lane,
                                            bool once) {
-  const int pages = Traits::kBlockN / box_rows;
-  if (lane >= pages) return;
+  const int boxes = Traits::kBlockN / box_rows;
+  if (lane >= boxes) return;
   const int t0 = lane * box_rows;
-  int token, page;
-  if (p.page_table != nullptr) {
-    token = 0;
-    page = box_page(p, b, block_start + t0, k_len).page;
-  } else {
-    token = p.cu_seqlens_k[b] + block_start;
-    page = 0;
-  }
+  const int coord = coord_of(lane);
+  const bool paged = p.page_table != nullptr;
+  const int token = paged ? 0 : coord;
+  const int page = paged ? coord : 0;
   auto* bytes = reinterpret_cast<std::uint8_t*>(dst);
 #pragma unroll
   for (int c = 0; c < Traits::kKvLoadBoxes; ++c)
@@ -154,11 +162,25 @@ struct KvLoader {
 
   // Loads one block's K and V (tokens [block_start, block_start + 128) of request b, KV head
   // kv_head; `once`: no other tile reads it, KvL2Hint) into stage use % kRingStages, after
-  // waiting for the stage to be free. A block that ends past k_len has its V rows there zeroed
-  // before v_full completes (stale cache memory may hold NaN, and P = 0 times NaN is NaN): its V
-  // goes through the loader's v_tail barrier first (kWarpMma: its consumers read rows past k_len
-  // as zeros instead). One warp.
+  // waiting for the stage to be free, each of K and V reading its boxes' page-table entries
+  // as it issues them (load_at: the coordinates given).
   __device__ __forceinline__ void load(int kv_head, int b, int block_start, int k_len, bool once = false) {
+    load_with(kv_head, block_start, k_len, once,
+              [&](int box) { return box_coord(p, tma.kv_box_rows, b, block_start, k_len, box); });
+  }
+
+  // As load, lane j holding box j's box_coord in `coord` (j < the block's boxes).
+  __device__ __forceinline__ void load_at(int kv_head, int coord, int block_start, int k_len, bool once = false) {
+    load_with(kv_head, block_start, k_len, once, [coord](int) { return coord; });
+  }
+
+  // A block that ends past k_len has its V rows there zeroed before v_full completes (stale
+  // cache memory may hold NaN, and P = 0 times NaN is NaN): its V goes through the loader's
+  // v_tail barrier first (kWarpMma: its consumers read rows past k_len as zeros instead). One
+  // warp; coord_of(j): box j's box_coord.
+  template <class CoordOf>
+  __device__ __forceinline__ void load_with(int kv_head, int block_start, int k_len, bool once,
+                                            const CoordOf& coord_of) {
     constexpr int kRing = Traits::kRingStages;
     const int lane = opaque_tid();
     const int s = stage_of(use, kRing);
@@ -167,7 +189,7 @@ struct KvLoader {
     const auto issue = [&](const CUtensorMap* map, void* dst, std::uint64_t* bar) {
       if (lane == 0) Barrier64::arrive_and_expect_tx(bar, Traits::kBlockBytes);
       __syncwarp();
-      load_block<Traits>(p, map, tma.kv_box_rows, kv_head, b, block_start, k_len, dst, bar, lane, once);
+      load_block<Traits>(p, map, tma.kv_box_rows, kv_head, coord_of, dst, bar, lane, once);
     };
     Barrier64::wait(&ring.k_empty[s], free_parity);
     if constexpr (Traits::kWarpMma) {  // codes, published as they land
