@@ -6,7 +6,7 @@
 #   --sanitize   also run the CUDA prefill, decode, planner and top-k tests under compute-sanitizer
 #                memcheck and racecheck
 # When the Python package is built it also runs python/tests (pytest) and examples/, and with
-# --bench scripts/bench_python_overhead.py.
+# --bench scripts/bench_python_overhead.py and scripts/bench_flex.py (msa beside FlexAttention).
 #
 # The GPU machine has no network: it needs the pinned CUTLASS wheel and (if GoogleTest is not
 # installed there) GoogleTest sources in .cache/, which scripts/prepare_offline.sh fills on a
@@ -82,6 +82,10 @@ if [ $bench -eq 1 ]; then
   status "msa bench prefill" "rc $?"
   python3 scripts/bench_dense.py 8192 32768 > "$results/bench_dense.txt" 2>&1
   status "dense (PyTorch SDPA)" "rc $?"
+  if [ -d "$build/python/msa" ]; then
+    PYTHONPATH="$build/python" python3 scripts/bench_flex.py 8192 32768 > "$results/bench_flex.txt" 2>&1
+    status "msa beside FlexAttention" "rc $?"
+  fi
 fi
 
 if [ $sanitize -eq 1 ]; then
@@ -95,7 +99,8 @@ fi
 
 echo
 cat "$results/msa_run.txt"
-[ $bench -eq 1 ] && cat "$results/bench_prefill.txt" "$results/bench_dense.txt" "$results/bench_python.txt"
+[ $bench -eq 1 ] && cat "$results/bench_prefill.txt" "$results/bench_dense.txt" "$results/bench_python.txt" \
+  "$results/bench_flex.txt" 2>/dev/null
 echo
 grep -E "FAILED|Failure" "$results/ctest.log" | head -n 20
 echo "== summary"
