@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """msa's sparse prefill beside PyTorch's FlexAttention on identical inputs: the tile-shared
 selection of perf/targets.md (every 128-query tile of a KV head attends its own block, causally,
-and the same 15 earlier blocks drawn at random; the first 15 tiles attend every earlier block),
+and the same 15 earlier blocks drawn at random; the first 16 tiles attend every earlier block),
 the target ">= 1.5x FlexAttention" measured side by side in one process.
 
 Geometry: one request of S tokens, Hq = 64, Hkv = 4, D = 128, BF16, top-16 blocks of 128.
