@@ -70,12 +70,11 @@ def block_mask_of(topk: torch.Tensor, s: int) -> BlockMask:
     big = torch.iinfo(torch.int32).max
     full_ids = torch.where(full, rows, torch.full_like(rows, big)).sort(-1).values
     full_ids = torch.where(full_ids == big, torch.zeros_like(full_ids), full_ids)
-    kv_blocks = s // BLOCK
-    full_idx = torch.zeros(H_KV, tiles, kv_blocks, dtype=torch.int32, device=topk.device)
-    n = min(TOPK, kv_blocks)
+    full_idx = torch.zeros(H_KV, tiles, tiles, dtype=torch.int32, device=topk.device)  # KV blocks = query tiles
+    n = min(TOPK, tiles)
     full_idx[..., :n] = full_ids[..., :n]
     part_num = torch.ones(H_KV, tiles, dtype=torch.int32, device=topk.device)
-    part_idx = torch.zeros(H_KV, tiles, kv_blocks, dtype=torch.int32, device=topk.device)
+    part_idx = torch.zeros(H_KV, tiles, tiles, dtype=torch.int32, device=topk.device)
     part_idx[..., 0] = diag.view(1, tiles)
     g = H_Q // H_KV
 
@@ -87,8 +86,8 @@ def block_mask_of(topk: torch.Tensor, s: int) -> BlockMask:
 
 
 def timed(calls, flush, warmup, reps, spin_cycles):
-    """Median ms of each call in `calls` (alternating), eager after a flush (spin_cycles 0) or
-    behind a GPU spin."""
+    """Median ms of each call in `calls` (alternating), each after a synchronisation: behind an L2
+    flush (flush set) and a GPU spin of spin_cycles (0: none)."""
     times = [[] for _ in calls]
     for i in range(warmup + reps):
         for j, fn in enumerate(calls):
