@@ -6,7 +6,8 @@
 #   --sanitize   also run the CUDA prefill, decode, planner and top-k tests under compute-sanitizer
 #                memcheck and racecheck
 # When the Python package is built it also runs python/tests (pytest) and examples/, and with
-# --bench scripts/bench_python_overhead.py and scripts/bench_flex.py (msa beside FlexAttention).
+# --bench scripts/bench_python_overhead.py, scripts/bench_flex.py (msa beside FlexAttention) and
+# scripts/bench_growing_prefix.py (a chunked prefill over a growing prefix, eager).
 #
 # The GPU machine has no network: it needs the pinned CUTLASS wheel and (if GoogleTest is not
 # installed there) GoogleTest sources in .cache/, which scripts/prepare_offline.sh fills on a
@@ -85,6 +86,8 @@ if [ $bench -eq 1 ]; then
   if [ -d "$build/python/msa" ]; then
     PYTHONPATH="$build/python" python3 scripts/bench_flex.py 8192 32768 > "$results/bench_flex.txt" 2>&1
     status "msa beside FlexAttention" "rc $?"
+    PYTHONPATH="$build/python" python3 scripts/bench_growing_prefix.py > "$results/bench_growing_prefix.txt" 2>&1
+    status "chunks on a growing prefix" "rc $?"
   fi
 fi
 
@@ -100,7 +103,7 @@ fi
 echo
 cat "$results/msa_run.txt"
 [ $bench -eq 1 ] && cat "$results/bench_prefill.txt" "$results/bench_dense.txt" "$results/bench_python.txt" \
-  "$results/bench_flex.txt" 2>/dev/null
+  "$results/bench_flex.txt" "$results/bench_growing_prefix.txt" 2>/dev/null
 echo
 grep -E "FAILED|Failure" "$results/ctest.log" | head -n 20
 echo "== summary"

@@ -37,9 +37,9 @@ class SparseDecode {
 
   // Scratch bytes of a decode of problem.batch = B requests, problem.total_q = B * Q query rows
   // and seq_len up to problem.max_k_len (needs no GPU); with no set_workspace() the object
-  // allocates it in plan(). It also holds every decode no larger in batch, total_q and
-  // max_k_len (any Q; a max_k_len of 0, no bound, counts as larger than any): a workspace sized
-  // once for the largest step serves every smaller one.
+  // allocates it in plan() (grown_workspace_bytes of the need). It also holds every decode no
+  // larger in batch, total_q and max_k_len (any Q; a max_k_len of 0, no bound, counts as larger
+  // than any): a workspace sized once for the largest step serves every smaller one.
   static std::size_t workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,
                                      const Options& options = {});
   // Use caller memory (on the backend's device, 256-byte aligned) as the scratch.

@@ -65,9 +65,9 @@ class IndexerTopK {
   // Scratch bytes for a problem (problem.batch, total_q and max_k_len; needs no GPU): on CUDA
   // the per-unit candidate lists of rows whose blocks are split over several work units (at most
   // h_i * total_q * 31 * 8 bytes per unit of a row, only for batches of few query tiles), 0 on
-  // the CPU. With no set_workspace() the object allocates it in plan(). It also holds every
-  // problem no larger in batch, total_q and max_k_len: a workspace sized once for the largest
-  // call serves them all.
+  // the CPU. With no set_workspace() the object allocates it in plan() (grown_workspace_bytes of
+  // the need). It also holds every problem no larger in batch, total_q and max_k_len: a
+  // workspace sized once for the largest call serves them all.
   static std::size_t workspace_bytes(int h_i, int topk, const ProblemSize& problem, const Options& options = {});
   // Use caller memory (on the backend's device, 256-byte aligned) as the scratch.
   void set_workspace(void* data, std::size_t bytes);

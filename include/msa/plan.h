@@ -1,6 +1,7 @@
 // The KV-block-major plan: reverse (k2q) CSR and work list (spec §2).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -30,6 +31,21 @@ struct ProblemSize {
   std::int64_t total_q = 0;    // packed query rows
   std::int64_t max_k_len = 0;  // largest k_len in the batch (an upper bound is fine)
 };
+
+// The bytes msa's operators allocate for a workspace of their own (no set_workspace()) when a
+// plan needs `need` bytes and they hold fewer: the need and an eighth more (at most 256 MiB), in
+// whole 2 MiB units (at least one). A need that grows a little with each call, as a chunked prefill's does with
+// its prefix (workspace_bytes() grows with max_k_len), then reallocates once in several hundred
+// calls rather than in every plan(); a reallocation frees the old memory first, which waits for
+// the device. The Python wrappers size the buffers they allocate the same way.
+inline constexpr std::size_t kWorkspaceGranule = std::size_t{2} << 20;        // 2 MiB
+inline constexpr std::size_t kWorkspaceHeadroomMax = std::size_t{256} << 20;  // 256 MiB
+constexpr std::size_t grown_workspace_bytes(std::size_t need) {
+  const std::size_t headroom = need / 8 < kWorkspaceHeadroomMax ? need / 8 : kWorkspaceHeadroomMax;
+  if (need > ~std::size_t{0} - headroom - kWorkspaceGranule) return need;  // no room to round
+  const std::size_t units = (need + headroom + kWorkspaceGranule - 1) / kWorkspaceGranule;
+  return (units > 0 ? units : 1) * kWorkspaceGranule;
+}
 
 // Element counts of every plan array for a problem; the work capacity is the spec's bound
 // total_rows * h_kv + ceil(total_q * topk * h_kv / q_per_item), with total_rows bounded by

@@ -29,7 +29,8 @@ class SparsePrefill {
   SparsePrefill& operator=(SparsePrefill&&) noexcept;
 
   // Bytes of scratch (plan arrays and partials) a problem of this size needs, for callers
-  // that own their memory; with no set_workspace() the object allocates it in plan(). It also
+  // that own their memory; with no set_workspace() the object allocates it in plan(), with
+  // headroom (grown_workspace_bytes, msa/plan.h), and again only when a plan needs more. It also
   // holds every problem no larger in batch, total_q and max_k_len (the same shape and options):
   // a workspace sized once for the largest call serves them all.
   static std::size_t workspace_bytes(const AttentionShape& shape, const ProblemSize& problem,

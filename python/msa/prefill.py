@@ -16,8 +16,9 @@ class SparsePrefill:
     covers at most ``q_per_item`` queries of a block (0, the default: chosen per plan from the
     problem's size).
 
-    Without :meth:`set_workspace` the object allocates its scratch in :meth:`plan` (growing it
-    when a larger problem comes); :meth:`run` never allocates.
+    Without :meth:`set_workspace` the object allocates its scratch in :meth:`plan` (with headroom,
+    msa::grown_workspace_bytes; growing it when a larger problem comes); :meth:`run` never
+    allocates.
     """
 
     def __init__(self, h_q: int, h_kv: int, d: int = 128, topk: int = 16, scale: float = 0.0, *,

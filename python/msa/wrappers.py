@@ -125,8 +125,10 @@ class _Wrapper:
         if self._workspace is None or self._workspace.shape[0] < needed or not same_device(self._workspace, like):
             self._op.set_workspace(None)
             self._workspace = None
-            mib = 1 << 20
-            buf = empty(like, (max(mib, (needed + mib - 1) // mib * mib),), "uint8", "workspace_buffer")
+            # With headroom, as the operators size their own (msa::grown_workspace_bytes): a chunked
+            # prefill's need grows a little with every chunk, and each new buffer is a new block
+            # of the caller's allocator.
+            buf = empty(like, (_msa.grown_workspace_bytes(needed),), "uint8", "workspace_buffer")
             self._op.set_workspace(buf)
             self._workspace = buf
 

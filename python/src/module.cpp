@@ -311,6 +311,9 @@ NB_MODULE(_msa, m) {
   });
 
   m.def("version", [] { return std::string(msa::version_string()); }, "The library version, 'major.minor.patch'.");
+  m.def("grown_workspace_bytes", &msa::grown_workspace_bytes, "need"_a,
+        "msa::grown_workspace_bytes: the bytes an operator allocates for a workspace of its own when a plan "
+        "needs `need` and it holds fewer (the need, an eighth more up to 256 MiB, in 2 MiB units, at least one).");
   m.def("cuda_available", &msa::cuda_available,
         "True when this build has the CUDA backend and a CUDA device is visible.");
   m.def(

@@ -355,6 +355,29 @@ def test_graph_of_plan_and_run_with_a_caller_workspace():
     assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)
 
 
+def test_a_prefix_growing_by_chunks_keeps_one_workspace():
+    """Chunks of 2048 new tokens on a prefix that grows by each (6k to 40k tokens): the plan's
+    need grows with every chunk (by about 1.2 MB in all), and the wrapper's own workspace, sized
+    with headroom (msa::grown_workspace_bytes), is allocated once. The last call's result is
+    bitwise that of a wrapper given a workspace of exactly the need."""
+    w = msa.BatchPrefillWithPagedKVCacheWrapper()
+    buffers, needs = [], []
+    for i, k_len in enumerate(range(6144, 40961, 2048)):
+        p = make_problem(((2048, k_len),), seed=100 + i)
+        k_cache, v_cache, table = paged_cache(p, 128)
+        plan(w, p, table)
+        out = w.run(p["q"], (k_cache, v_cache))
+        needs.append(w.workspace_bytes())
+        if not buffers or buffers[-1] is not w._workspace:
+            buffers.append(w._workspace)
+    assert needs == sorted(needs) and needs[-1] > needs[0] + (1 << 20)
+    assert len(buffers) == 1, [b.numel() for b in buffers]
+    assert buffers[0].numel() == msa._msa.grown_workspace_bytes(needs[0])
+    exact = msa.BatchPrefillWithPagedKVCacheWrapper(torch.empty(needs[-1], dtype=torch.uint8, device=DEV))
+    plan(exact, p, table)
+    assert torch.equal(out, exact.run(p["q"], (k_cache, v_cache)))
+
+
 def test_plain_tensors_skip_tensor_dlpack_and_others_take_it(monkeypatch):
     """The extension imports a plain torch.Tensor through torch.utils.dlpack.to_dlpack, not
     Tensor.__dlpack__ (about 3 us a tensor of Python-level checks): plan() and run() call

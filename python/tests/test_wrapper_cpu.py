@@ -18,6 +18,17 @@ def plan(w, c, page_table=None, topk=None, **kw):
     w.plan(c["topk"] if topk is None else topk, c["cu_q"], c["cu_k"], page_table, **args)
 
 
+def test_grown_workspace_bytes():
+    """msa::grown_workspace_bytes, which the operators and the wrappers size their own workspace
+    with: the need and an eighth more (at most 256 MiB), in whole 2 MiB units, at least one."""
+    mib = 1 << 20
+    grown = msa._msa.grown_workspace_bytes
+    assert grown(0) == 2 * mib and grown(1) == 2 * mib
+    assert grown(16 * mib) == 18 * mib  # 16 + 2
+    assert grown(550 * mib) == 620 * mib  # 550 + 68.75, rounded up to 2 MiB
+    assert grown(4096 * mib) == 4352 * mib  # the headroom capped at 256 MiB
+
+
 def test_lengths_from_offsets_and_strided_cu_seqlens_k():
     """The extension's lengths_from_offsets (what plan() turns cu_seqlens_k into), and a plan()
     of paged caches with a strided cu_seqlens_k, as an engine's slice of a larger array would be

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <random>
 
@@ -161,4 +162,56 @@ TEST(DecodeGeometry, QInRingWhereUnionsRepeatBlocks) {
   // DecodeCuda's fp8_q5_g12_ring and fp8_b40_q8_g4_ring run the Q-in-ring kernel.
   EXPECT_TRUE(msa::cuda::decode_geometry({.h_q = 48, .h_kv = 4, .d = 128, .topk = 16}, 9, 5, 1900).q_in_ring);
   EXPECT_TRUE(msa::cuda::decode_geometry({.h_q = 16, .h_kv = 4, .d = 128, .topk = 16}, 40, 8, 1500).q_in_ring);
+}
+
+// An owned workspace grows with headroom (msa::grown_workspace_bytes): a chunked prefill whose
+// prefix grows with every chunk needs a little more workspace each call, and a reallocation
+// costs a cudaFree that waits for the whole device. Replayed here as DeviceScratch::get does it:
+// 2048-token chunks on prefixes growing from 2k to 256k, then chunks of varying size on a
+// growing prefix.
+TEST(WorkspaceSizes, AnOwnedWorkspaceGrowsWithHeadroom) {
+  using msa::grown_workspace_bytes;
+  using msa::kWorkspaceGranule;
+  using msa::kWorkspaceHeadroomMax;
+  for (const std::size_t need :
+       {std::size_t{1}, std::size_t{256}, kWorkspaceGranule - 1, kWorkspaceGranule, kWorkspaceGranule + 1,
+        std::size_t{70} << 20, std::size_t{550} << 20, std::size_t{9} << 30, std::size_t{40} << 30}) {
+    const std::size_t grown = grown_workspace_bytes(need);
+    EXPECT_GE(grown, need + std::min(need / 8, kWorkspaceHeadroomMax)) << need;
+    EXPECT_LT(grown, need + std::min(need / 8, kWorkspaceHeadroomMax) + kWorkspaceGranule) << need;
+    EXPECT_EQ(grown % kWorkspaceGranule, 0u) << need;
+  }
+  EXPECT_EQ(msa::grown_workspace_bytes(0), kWorkspaceGranule);
+  EXPECT_EQ(msa::grown_workspace_bytes(~std::size_t{0} - 5), ~std::size_t{0} - 5);  // no room to round
+  const msa::AttentionShape s{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
+  std::size_t owned = 0;
+  int grows = 0, calls = 0, exact_grows = 0;
+  std::size_t last_need = 0;
+  const auto plan = [&](std::int64_t q, std::int64_t k) {
+    const std::size_t need = prefill_bytes(s, 1, q, k);
+    ++calls;
+    if (need > last_need) ++exact_grows;  // an exact-size workspace reallocates here
+    last_need = std::max(last_need, need);
+    if (owned < need) {
+      owned = grown_workspace_bytes(need);
+      ++grows;
+    }
+    EXPECT_GE(owned, need);
+    EXPECT_LE(owned, grown_workspace_bytes(last_need));
+  };
+  for (std::int64_t k = 2048; k <= 262144; k += 2048) plan(2048, k);
+  EXPECT_EQ(calls, 128);
+  EXPECT_EQ(exact_grows, 128);  // the need grows with every chunk
+  EXPECT_LE(grows, 2) << "reallocations over " << calls << " growing chunks";
+  // Chunks of varying size (the largest first) on a prefix that grows by each: the first call
+  // sizes the workspace, and the prefix's growth stays within its headroom.
+  owned = last_need = 0;
+  grows = calls = 0;
+  std::int64_t k = 4096;
+  for (int i = 0; i < 200; ++i) {
+    const std::int64_t q = std::array<std::int64_t, 5>{2048, 171, 1024, 16, 512}[i % 5];
+    k += q;
+    plan(q, k);
+  }
+  EXPECT_EQ(grows, 1) << "reallocations over " << calls << " chunks up to k_len " << k;
 }

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "cuda/common/check.h"
 
 namespace msa::cuda {
@@ -27,8 +29,21 @@ void* DeviceScratch::get(std::size_t bytes) {
     if (owned_ != nullptr) MSA_CUDA_CHECK(cudaFree(owned_));  // waits for work still using it
     owned_ = nullptr;
     owned_bytes_ = 0;
-    MSA_CUDA_CHECK(cudaMalloc(&owned_, bytes));
-    owned_bytes_ = bytes;
+    std::size_t grown = grown_workspace_bytes(bytes);
+    cudaError_t rc = cudaMalloc(&owned_, grown);
+    if (rc == cudaErrorMemoryAllocation) {  // no room for the headroom: the need alone
+      (void)cudaGetLastError();
+      owned_ = nullptr;
+      grown = bytes;
+      rc = cudaMalloc(&owned_, grown);
+    }
+    if (rc != cudaSuccess) {
+      owned_ = nullptr;
+      throw Error("workspace.bytes", std::to_string(bytes),
+                  std::string("cudaMalloc of the operator's workspace failed: ") + cudaGetErrorName(rc) + " (" +
+                      cudaGetErrorString(rc) + "); set_workspace() takes caller memory");
+    }
+    owned_bytes_ = grown;
   }
   return owned_;
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "msa/plan.h"
 
 namespace msa::cuda {
 
@@ -46,8 +47,8 @@ class Arena {
 };
 
 // An operator's workspace memory: the caller's (borrow(), checked against each plan's need) or
-// the operator's own, allocated and grown by get() (called from plan() only: run() never
-// allocates).
+// the operator's own, allocated by get() (called from plan() only: run() never allocates) at
+// msa::grown_workspace_bytes() of the need, and again only when a plan needs more than it holds.
 class DeviceScratch {
  public:
   DeviceScratch() = default;
@@ -58,7 +59,7 @@ class DeviceScratch {
   // Caller memory (256-byte aligned, on the current device); null returns to owned memory.
   void borrow(void* data, std::size_t bytes);
   // `bytes` of workspace: the borrowed memory (an msa::Error naming workspace.bytes when it is
-  // too small) or the owned one, reallocated when it is smaller.
+  // too small) or the owned one, reallocated (to msa::grown_workspace_bytes(bytes)) when it is smaller.
   void* get(std::size_t bytes);
 
  private:
