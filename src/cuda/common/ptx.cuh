@@ -40,6 +40,13 @@ __device__ __forceinline__ int opaque_tid() {
   return tid;
 }
 
+// x as lane 0 holds it, which ptxas treats as warp-uniform: values derived from it (shared
+// memory addresses, WGMMA descriptors) go to uniform registers. A ring stage computed from a
+// loop counter whose loop bound came from shared memory otherwise stays per-thread, and each
+// WGMMA's descriptor then waits on an R2UR move (seen in the tile-union consumers' SASS).
+// The warp must be converged.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
 // Parity of the phase a 2-deep ring or buffer pair is in at its use-th use (counts wrap).
 __device__ __forceinline__ std::uint32_t phase_of(std::uint32_t use) { return (use >> 1) & 1u; }
 

@@ -217,7 +217,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
       }
     };
 
-    const int qb = stage_of(iter, kQBuffers<Traits>);
+    const int qb = warp_uniform(stage_of(iter, kQBuffers<Traits>));
     Barrier64::wait(&smem.q_full[qb], parity_of(iter, kQBuffers<Traits>));
     const typename Traits::Element* sq = smem.q[qb];
 
@@ -235,7 +235,8 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
       auto phase = [&](auto with_qk, auto with_pv, int u) {
         constexpr bool kQk = decltype(with_qk)::value;
         constexpr bool kPv = decltype(with_pv)::value;
-        const int s = static_cast<int>((use + u) & 1u);
+        // Warp-uniform (ptx.cuh): the K and V descriptors are then built in uniform registers.
+        const int s = warp_uniform(static_cast<int>((use + u) & 1u));
         const int sp = s ^ 1;  // stage of block u - 1
         if constexpr (kQk) Barrier64::wait(&smem.kv.k_full[s], phase_of(use + u));
         if constexpr (kPv) Barrier64::wait(&smem.kv.v_full[sp], phase_of(use + u - 1));
