@@ -1,5 +1,6 @@
 // Device intrinsics shared by every kernel family: named barriers, fast exp2, quad reductions,
-// an opaque thread index, ring phases and programmatic dependent launch (griddepcontrol).
+// an opaque thread index, a warp-uniform broadcast, ring phases and programmatic dependent
+// launch (griddepcontrol).
 #pragma once
 
 #include <cstdint>
