@@ -174,6 +174,21 @@ struct KvLoader {
     load_with(kv_head, block_start, k_len, once, [coord](int) { return coord; });
   }
 
+  // Block `use`'s K alone, lane j holding box j's box_coord in `coord`; returns its use. With
+  // load_v_at, the tile-union loader puts block u's K ahead of block u - 1's V: K's stage frees
+  // when S completes, V's only once P V has.
+  __device__ __forceinline__ std::uint32_t load_k_at(int kv_head, int coord, bool once = false) {
+    const int lane = opaque_tid();
+    issue_k(use, kv_head, once, lane, [coord](int) { return coord; });
+    return use++;
+  }
+  // The V of the block at use u (< use, each block's once, in order), as load_at's.
+  __device__ __forceinline__ void load_v_at(std::uint32_t u, int kv_head, int coord, int block_start, int k_len,
+                                            bool once = false) {
+    const int lane = opaque_tid();
+    issue_v(u, kv_head, block_start, k_len, once, lane, [coord](int) { return coord; });
+  }
+
   // A block that ends past k_len has its V rows there zeroed before v_full completes (stale
   // cache memory may hold NaN, and P = 0 times NaN is NaN): its V goes through the loader's
   // v_tail barrier first (kWarpMma: its consumers read rows past k_len as zeros instead). One
@@ -181,38 +196,46 @@ struct KvLoader {
   template <class CoordOf>
   __device__ __forceinline__ void load_with(int kv_head, int block_start, int k_len, bool once,
                                             const CoordOf& coord_of) {
-    constexpr int kRing = Traits::kRingStages;
     const int lane = opaque_tid();
-    const int s = stage_of(use, kRing);
-    const std::uint32_t free_parity = parity_of(use, kRing) ^ 1u;
-    // One block's K or V boxes into `dst`, completing on `bar` (armed with its bytes first).
-    const auto issue = [&](const CUtensorMap* map, void* dst, std::uint64_t* bar) {
-      if (lane == 0) Barrier64::arrive_and_expect_tx(bar, Traits::kBlockBytes);
-      __syncwarp();
-      load_block<Traits>(p, map, tma.kv_box_rows, kv_head, coord_of, dst, bar, lane, once);
-    };
-    Barrier64::wait(&ring.k_empty[s], free_parity);
-    if constexpr (Traits::kWarpMma) {  // codes, published as they land
-      issue(&tma.k, ring.k[s], &ring.k_full[s]);
-      Barrier64::wait(&ring.v_empty[s], free_parity);
-      issue(&tma.v, ring.v[s], &ring.v_full[s]);
-      ++use;
-      return;
-    }
-    issue(&tma.k, ring.k[s], &ring.k_full[s]);
-    Barrier64::wait(&ring.v_empty[s], free_parity);
+    issue_k(use, kv_head, once, lane, coord_of);
+    issue_v(use, kv_head, block_start, k_len, once, lane, coord_of);
+    ++use;
+  }
+
+  // One block's K or V boxes into `dst`, completing on `bar` (armed with its bytes first).
+  template <class CoordOf>
+  __device__ __forceinline__ void issue(const CUtensorMap* map, void* dst, std::uint64_t* bar, int kv_head, bool once,
+                                        int lane, const CoordOf& coord_of) {
+    if (lane == 0) Barrier64::arrive_and_expect_tx(bar, Traits::kBlockBytes);
+    __syncwarp();
+    load_block<Traits>(p, map, tma.kv_box_rows, kv_head, coord_of, dst, bar, lane, once);
+  }
+  // The K of the block at use u into its stage, once that stage's K is free.
+  template <class CoordOf>
+  __device__ __forceinline__ void issue_k(std::uint32_t u, int kv_head, bool once, int lane, const CoordOf& coord_of) {
+    constexpr int kRing = Traits::kRingStages;
+    const int s = stage_of(u, kRing);
+    Barrier64::wait(&ring.k_empty[s], parity_of(u, kRing) ^ 1u);
+    issue(&tma.k, ring.k[s], &ring.k_full[s], kv_head, once, lane, coord_of);
+  }
+  // Its V, once that stage's V is free.
+  template <class CoordOf>
+  __device__ __forceinline__ void issue_v(std::uint32_t u, int kv_head, int block_start, int k_len, bool once, int lane,
+                                          const CoordOf& coord_of) {
+    constexpr int kRing = Traits::kRingStages;
+    const int s = stage_of(u, kRing);
+    Barrier64::wait(&ring.v_empty[s], parity_of(u, kRing) ^ 1u);
     // Tested on the unclamped distance: a whole block below k_len.
-    if (k_len - block_start >= Traits::kBlockN) {
-      issue(&tma.v, ring.v[s], &ring.v_full[s]);
+    if (Traits::kWarpMma || k_len - block_start >= Traits::kBlockN) {  // kWarpMma: codes, published as they land
+      issue(&tma.v, ring.v[s], &ring.v_full[s], kv_head, once, lane, coord_of);
     } else {
-      issue(&tma.v, ring.v[s], &ring.v_tail);
+      issue(&tma.v, ring.v[s], &ring.v_tail, kv_head, once, lane, coord_of);
       Barrier64::wait(&ring.v_tail, tail_phase);
       tail_phase ^= 1u;
       zero_tail<Traits>(ring.v[s], max(0, k_len - block_start), lane);
       __syncwarp();
       if (lane == 0) Barrier64::arrive(&ring.v_full[s]);
     }
-    ++use;
   }
 };
 

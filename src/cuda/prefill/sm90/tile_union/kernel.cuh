@@ -149,14 +149,27 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
         return box_coord(p.attn, tma.kv_box_rows, e.b, e.block_start, e.k_len, lane % boxes);
       };
       int coords = coords_of(list.begin);
+      // Block u's K goes ahead of block u - 1's V (KvLoader::load_k_at): at 8k, tile-shared and
+      // random ran 1% faster (docs/performance.md step 60). `pending`: the entry whose V is next.
+      int pending = -1, pending_coord = 0;
       for (int u0 = list.begin; u0 < end; u0 += chunk) {
         const int next = coords_of(u0 + chunk);
         const int n = min(chunk, end - u0);
         for (int j = 0; j < n; ++j) {
-          const UnionEntry e = union_entry(list, u0 + j);
-          kv.load_at(kv_head, __shfl_sync(0xffffffffu, coords, j * boxes + lane % boxes), e.block_start, e.k_len);
+          const int coord = __shfl_sync(0xffffffffu, coords, j * boxes + lane % boxes);
+          kv.load_k_at(kv_head, coord);
+          if (pending >= 0) {
+            const UnionEntry e = union_entry(list, pending);
+            kv.load_v_at(kv.use - 2, kv_head, pending_coord, e.block_start, e.k_len);
+          }
+          pending = u0 + j;
+          pending_coord = coord;
         }
         coords = next;
+      }
+      if (pending >= 0) {
+        const UnionEntry e = union_entry(list, pending);
+        kv.load_v_at(kv.use - 1, kv_head, pending_coord, e.block_start, e.k_len);
       }
     }
     Barrier64::arrive(&smem.list_empty[buf]);  // every lane read the list
