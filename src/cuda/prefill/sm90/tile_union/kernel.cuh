@@ -268,13 +268,14 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
         }
         turn.pass();
         float alpha[2];
+        bool rescale = false;  // softmax_fold: whether O needs alpha
         if constexpr (kQk) {
           cute::warpgroup_wait<kPv ? 1 : 0>();  // S(u) complete; P V may still run
           cute::warpgroup_fence_operand(acc_s);
           Barrier64::arrive(&smem.kv.k_empty[s]);
           int limit[2];
           key_limits(u, limit);
-          softmax_fold(acc_s, limit, list.chunks[u0 + u], p.attn.scale_log2, st, ct, alpha);
+          rescale = softmax_fold(acc_s, limit, list.chunks[u0 + u], p.attn.scale_log2, st, ct, alpha);
         }
         if constexpr (kPv) {
           cute::warpgroup_wait<0>();
@@ -283,7 +284,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
           Barrier64::arrive(&smem.kv.v_empty[sp]);
         }
         if constexpr (kQk) {
-          softmax_apply(acc_s, frag_p, acc_o, alpha);
+          softmax_apply(acc_s, frag_p, acc_o, alpha, rescale);
         }
       };
       // Turn u (u = 0..n, the same count in both warpgroups and in both loops below) takes
