@@ -201,7 +201,7 @@ Workload make_workload(const WorkloadSpec& spec) {
   const bool values = spec.host_values;
   if (values) {
     w.q = HostTensor(spec.dtype, {w.total_q, s.h_q, s.d});
-    randn(w.q, 0.25f);
+    randn(w.q, spec.qk_sd);
   }
 
   if (spec.page_size > 0) {
@@ -243,7 +243,7 @@ Workload make_workload(const WorkloadSpec& spec) {
       if (spec.h_i > 0) w.index_k = HostTensor(spec.dtype, {rows, 1, s.d});
     }
   }
-  randn(w.k, 0.25f);
+  randn(w.k, spec.qk_sd);
   randn(w.v, 0.25f);
 
   fill_topk(w.topk, spec.requests, s.h_kv, s.topk, spec.selection, spec.clustered_p, spec.seed);

@@ -58,6 +58,7 @@ struct WorkloadSpec {
   Selection selection = Selection::kRandom;
   double clustered_p = 0.25;       // fraction replaced per query (kClustered)
   bool sinks = false;
+  float qk_sd = 0.25f;              // standard deviation of q and k values (v: 0.25)
   int h_i = 0;                     // index heads for the indexer inputs (0: none)
   std::uint64_t seed = 1;
   // false: q, k, v and the index tensors are not allocated (a GPU benchmark fills its own on

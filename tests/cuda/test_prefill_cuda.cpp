@@ -105,6 +105,14 @@ std::vector<Case> cases() {
   // G = 4, top-31 (a random-shape sweep's case): the plan-free tiles are the routed 16-query ones,
   // whose 496 top-k entries fit the narrow list (32-query tiles of 992 did not).
   c.push_back({"page16_g4_topk31_random", spec_of(16, 4, 31, 16, {{3, 13}, {548, 762}}, Selection::kRandom, 23)});
+  // Scores spread wide (q and k of deviation 3: scores of deviation about 13 in log2 units),
+  // so that a row's maximum rises by more than the lazy rescale's lag (kMaxLag = 8) on later
+  // blocks, and P reaches up to 2^8 between moves. (Random picks; not named so: at K = 16 every
+  // query of these requests picks nearly all it sees, so PrefillPath::kAuto would go plan-free,
+  // the _union case's kernel.)
+  Case wide{"page64_g8_wide_scores", spec_of(16, 2, 16, 64, chunked, Selection::kRandom, 24)};
+  wide.spec.qk_sd = 3.f;
+  c.push_back(wide);
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
   // Random picks among 123..128 visible blocks (request 0) route to the block-major kernel,
   // among <= 8 (request 1) to the tile-union kernel: PrefillPath::kAuto runs both in one call
