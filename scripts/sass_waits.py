@@ -2,7 +2,7 @@
 """Where ptxas put the WGMMA waits of one kernel instantiation, read from its SASS on a machine
 without a GPU.
 
-    python3 scripts/sass_waits.py build/release tile_union_prefill_bf16_d128 [--cuobjdump PATH]
+    python3 scripts/sass_waits.py build/release tile_union_prefill_bf16_d128 [--cuobjdump PATH] [-D MACRO]
 
 Compiles generated/cuda/instantiations/<name>.cu of the build directory to a cubin with the
 build's own nvcc command (compile_commands.json), disassembles it with cuobjdump (from PATH, or
@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 
-def compile_cubin(build, name, cubin):
+def compile_cubin(build, name, cubin, defines=()):
     with open(os.path.join(build, "compile_commands.json")) as f:
         entries = json.load(f)
     suffix = f"/instantiations/{name}.cu"
@@ -44,7 +44,7 @@ def compile_cubin(build, name, cubin):
         if a == "-c":
             continue
         out.append(a)
-    out += ["-cubin", "-o", cubin]
+    out += [f"-D{d}" for d in defines] + ["-cubin", "-o", cubin]
     subprocess.run(out, cwd=entry.get("directory", build), check=True)
 
 
@@ -62,10 +62,12 @@ def main():
     parser.add_argument("build", help="a configured build directory (compile_commands.json)")
     parser.add_argument("name", help="an instantiation, e.g. tile_union_prefill_bf16_d128")
     parser.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "cuobjdump")
+    parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                        help="a macro for this compile only (a probe's switch), repeatable")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, args.name + ".cubin")
-        compile_cubin(os.path.abspath(args.build), args.name, cubin)
+        compile_cubin(os.path.abspath(args.build), args.name, cubin, args.defines)
         sass = subprocess.run([args.cuobjdump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
     kernels = re.split(r"\n\s*Function : ", sass)
     for text in kernels[1:]:
