@@ -149,8 +149,9 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
         return box_coord(p.attn, tma.kv_box_rows, e.b, e.block_start, e.k_len, lane % boxes);
       };
       int coords = coords_of(list.begin);
-      // Block u's K goes ahead of block u - 1's V (KvLoader::load_k_at): at 8k, tile-shared and
-      // random ran 1% faster (docs/performance.md step 60). `pending`: the entry whose V is next.
+      // Block u's K goes ahead of block u - 1's V (KvLoader::load_k_at): tile-shared 8k ran 1%
+      // faster, random 32k on this kernel 0.5% (docs/performance.md step 60). `pending`: the
+      // entry whose V is next.
       int pending = -1, pending_coord = 0;
       for (int u0 = list.begin; u0 < end; u0 += chunk) {
         const int next = coords_of(u0 + chunk);
