@@ -153,6 +153,9 @@ std::vector<Case> cases() {
     fp8(c[6], {0.04f, 0.01f}, {0.02f});
     fp8(c[9], {0.01f}, {0.05f});
     fp8(c[14], {0.03f}, {0.02f});
+    // Wide scores (K codes up to the format's maximum, satfinite): powers of two, as for spread_q
+    // below, so that the reference's BF16 copy of the dequantised K is exact.
+    fp8(c[15], {0.03125f}, {0.015625f});
     Case g12 = make_case("fp8_q5_g12_page32", 48, 4, 16, 32, 5, lengths(7, 5, 7000, 18), Selection::kRandom, 18);
     g12.k_descale = {0.02f};
     g12.v_descale = {0.03f};
