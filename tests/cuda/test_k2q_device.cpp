@@ -457,7 +457,7 @@ TEST(K2qDeviceLayout, WorkspaceGrowsAcrossTheItemSizeSwitch) {
 // and 42): the grid path where it fits (at most 64 requests, 4096 queries, 128 KV heads, 256 rows
 // per task) for up to 256 queries, unless the small path is chosen and light (at most 1024 top-k
 // slots and 12288 (head, row) pairs); then the fused path where it fits (at most 64 requests, 128
-// KV heads, 4096 blocks a request) for problems that are not light, up to 4096 queries; the
+// KV heads, 4096 blocks a request) for problems that are not light, up to 8192 queries; the
 // small path where it fits and was measured faster than the general one (at most 3072 slots and
 // 4 x 6144 pairs); the general path otherwise.
 TEST(K2qDeviceLayout, PathForTheProblem) {
@@ -479,7 +479,9 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {4, 684, 131243}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 2048, 133120}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 4096, 135168}), K2qPath::kFused);
-  EXPECT_EQ(path(4, 16, {4, 8192, 67584}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {4, 8192, 67584}), K2qPath::kFused);
+  EXPECT_EQ(path(4, 16, {4, 8193, 67584}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {1, 8192, 8192}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 2048, 524288}), K2qPath::kFused);    // 4096 blocks
   EXPECT_EQ(path(4, 16, {1, 2048, 524289}), K2qPath::kGeneral);  // 4097 blocks
   EXPECT_EQ(path(4, 16, {16, 16, 16400}), K2qPath::kSmall);

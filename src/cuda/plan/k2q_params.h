@@ -104,11 +104,13 @@ inline constexpr int kFusedMaxBatch = 64;     // requests: two per lane of one w
 inline constexpr int kFusedMaxBlocks = 4096;  // 512k tokens: 128 KB of counters
 inline constexpr int kFusedPrefixBatch = 32;  // a row's unit counts loaded together (phase 2)
 inline constexpr int kFusedCursorBatch = 4;   // blocks' first places loaded together (scatter)
-// Where k2q_device_sizes picks the fused path (steps 42 and 43): where the grid path is not
+// Where k2q_device_sizes picks the fused path (steps 42, 43 and 61): where the grid path is not
 // chosen and the small path's problem is not light, up to this many queries. It planned
-// 171-4096 queries on 16k-128k prefixes in 24-43 us where the general path took 39-53; at 8192
-// queries (its 8 warps per SM walking 32 queries each) it took 63.5 us against 61.2.
-inline constexpr int kFusedChosenQueries = 4096;
+// 171-4096 queries on 16k-128k prefixes in 24-43 us where the general path took 39-53. At 8192
+// queries (its 8 warps per SM walking 32 queries each) it was within 2.5 us of the general path
+// on the H100 and 1-9 us faster on the H200, in one launch instead of eight; from 12288 queries
+// it is slower on both.
+inline constexpr int kFusedChosenQueries = 8192;
 static_assert(kFusedMaxBatch <= 64, "the unit scan holds two requests per lane");
 static_assert(kFusedMaxBlocks < (1 << 20), "a row's block fits 20 bits of its coordinate word");
 
