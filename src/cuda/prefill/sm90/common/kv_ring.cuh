@@ -174,13 +174,13 @@ struct KvLoader {
     load_with(kv_head, block_start, k_len, once, [coord](int) { return coord; });
   }
 
-  // Block `use`'s K alone, lane j holding box j's box_coord in `coord`; returns its use. With
-  // load_v_at, the tile-union loader puts block u's K ahead of block u - 1's V: K's stage frees
-  // when S completes, V's only once P V has.
-  __device__ __forceinline__ std::uint32_t load_k_at(int kv_head, int coord, bool once = false) {
+  // Block `use`'s K alone, lane j holding box j's box_coord in `coord`; use then advances (its
+  // V follows with load_v_at(use - 1, ...) or later). With load_v_at, the tile-union loader puts
+  // block u's K ahead of block u - 1's V: K's stage frees when S completes, V's only once P V has.
+  __device__ __forceinline__ void load_k_at(int kv_head, int coord, bool once = false) {
     const int lane = opaque_tid();
     issue_k(use, kv_head, once, lane, [coord](int) { return coord; });
-    return use++;
+    ++use;
   }
   // The V of the block at use u (< use, each block's once, in order), as load_at's.
   __device__ __forceinline__ void load_v_at(std::uint32_t u, int kv_head, int coord, int block_start, int k_len,
