@@ -118,6 +118,7 @@ struct ListedPairs {
   int q_per_tile = 1;
   std::vector<std::int32_t> list;  // [h_kv * tiles_per_head]; entries past count are junk
   std::int32_t count = 0;
+  int pair_ctas = 0;  // CombineParams::pair_ctas (0: the launch picks)
 };
 
 void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, GpuResult& r,
@@ -159,6 +160,7 @@ void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, G
     p.tile_list = static_cast<const std::int32_t*>(d_list.get());
     p.tile_count = static_cast<const std::int32_t*>(d_count.get());
     p.q_per_tile = listed->q_per_tile;
+    p.pair_ctas = listed->pair_ctas;
     p.tiles_per_head = (c.total_q + listed->q_per_tile - 1) / listed->q_per_tile;
   }
   CUDA_OK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
@@ -244,7 +246,8 @@ TEST_P(CombineCuda, MatchesReferenceAndIsReproducible) {
 // Listed pairs (the prefill's routing): each listed pair's rows bitwise as in the every-row
 // launch, every other row untouched; tile sizes that split and do not split the CTA's rows
 // (1, 5, 8 and 32 queries); a count past the pairs (clamped) and junk past the count (never
-// read).
+// read); a pair's rows on the CTAs the launch picks, on one CTA, on 3 (rounds of rows dealt
+// unevenly) and on more CTAs than it has rounds.
 TEST_P(CombineCuda, ListedPairsOnly) {
   MSA_SKIP_WITHOUT_GPU();
   const CombineCase& c = GetParam();
@@ -258,10 +261,11 @@ TEST_P(CombineCuda, ListedPairsOnly) {
     if (q_per_tile * group > 128) continue;  // the union tile's limit (kTileUnionRows)
     const std::int64_t per_head = (c.total_q + q_per_tile - 1) / q_per_tile;
     const std::int64_t pairs = c.h_kv * per_head;
-    for (const int variant : {0, 1}) {
+    for (const int variant : {0, 1, 2, 3, 4}) {
       SCOPED_TRACE("q_per_tile " + std::to_string(q_per_tile) + " variant " + std::to_string(variant));
       ListedPairs lp;
       lp.q_per_tile = q_per_tile;
+      lp.pair_ctas = variant <= 1 ? 0 : variant == 2 ? 1 : variant == 3 ? 3 : 40;
       std::vector<std::int32_t> order(static_cast<std::size_t>(pairs));
       for (std::int64_t i = 0; i < pairs; ++i) order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
       std::shuffle(order.begin(), order.end(), rng);

@@ -167,12 +167,14 @@ __global__ void __launch_bounds__(kThreads, 3) combine_kernel(const CombineParam
     merge_row<kDtype, kD>(p, q, static_cast<int>(row - q * p.h_q), sub, group_mask);
     return;
   }
-  // The listed pairs' rows: CTA i takes the pair at position i of the list (past the count it
-  // leaves at once), kRowsPerCta of its rows r at a time (query r / group of its tile, head
-  // r % group of its KV head's group). Whole lane groups leave together. (Pairs are fewer than
-  // 2^30: 32-bit indices.)
+  // The listed pairs' rows: CTAs i * pair_ctas + j (j < pair_ctas) take the pair at position i
+  // of the list (past the count they leave at once), CTA j its rounds j, j + pair_ctas, ... of
+  // kRowsPerCta rows r (query r / group of its tile, head r % group of its KV head's group).
+  // Whole lane groups leave together. (Pairs are fewer than 2^30: 32-bit indices; the launch
+  // keeps pairs x pair_ctas below 2^31.)
   const int pairs = (p.h_q / p.group) * static_cast<int>(p.tiles_per_head);
-  const int i = static_cast<int>(blockIdx.x);
+  const int i = static_cast<int>(blockIdx.x) / p.pair_ctas;
+  const int j = static_cast<int>(blockIdx.x) - i * p.pair_ctas;
   if (i >= min(*p.tile_count, pairs)) return;
   const int pair = p.tile_list[i];
   if (pair < 0 || pair >= pairs) return;
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 3) combine_kernel(const CombineParam
   const int q0 = (pair - kv_head * static_cast<int>(p.tiles_per_head)) * p.q_per_tile;  // < total_q
   const int pair_rows = p.q_per_tile * p.group;
 #pragma unroll 1
-  for (int r = group_in_cta; r < pair_rows; r += kRowsPerCta) {
+  for (int r = j * kRowsPerCta + group_in_cta; r < pair_rows; r += p.pair_ctas * kRowsPerCta) {
     const int lq = r / p.group;
     if (lq >= p.total_q - q0) return;  // rows go up with r
     merge_row<kDtype, kD>(p, std::int64_t(q0) + lq, kv_head * p.group + r % p.group, sub, group_mask);

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -28,13 +29,32 @@ void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmat
     return true;
   });
   constexpr int kRowsPerCta = combine::Lanes<kHeadDim>::kRowsPerCta;
-  // Every row: a CTA per kRowsPerCta rows. Listed pairs: a CTA per pair that could be listed;
-  // those past the count leave at once (a persistent grid balanced the rows' unequal slot
-  // counts worse: docs/performance.md, step 45).
-  const std::int64_t ctas = p.tile_list != nullptr ? std::int64_t(p.h_q / p.group) * p.tiles_per_head
-                                                   : (p.total_q * p.h_q + kRowsPerCta - 1) / kRowsPerCta;
+  // Every row: a CTA per kRowsPerCta rows. Listed pairs: pair_ctas CTAs per pair that could be
+  // listed; those past the count leave at once (a persistent grid balanced the rows' unequal
+  // slot counts worse: docs/performance.md, step 45). A pair's rounds of kRowsPerCta rows are
+  // serial in one CTA, so where pairs are few (a small chunk: 32 pairs of 8 rounds for 64 new
+  // tokens at G = 16) they are spread over up to one CTA per round, until the grid has about
+  // four CTAs per SM (step 62).
+  CombineParams q = p;
+  std::int64_t ctas = (p.total_q * p.h_q + kRowsPerCta - 1) / kRowsPerCta;
+  if (p.tile_list != nullptr) {
+    const std::int64_t pairs = std::int64_t(p.h_q / p.group) * p.tiles_per_head;
+    const std::int64_t rounds = (std::int64_t(p.q_per_tile) * p.group + kRowsPerCta - 1) / kRowsPerCta;
+    if (q.pair_ctas == 0) {
+      static PerDevice<int> sms;
+      const int sm_count = sms.get([] {
+        int device = 0, n = 0;
+        MSA_CUDA_CHECK(cudaGetDevice(&device));
+        MSA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+        return n;
+      });
+      q.pair_ctas = static_cast<int>(std::min(rounds, std::max<std::int64_t>(1, (4 * sm_count + pairs - 1) / pairs)));
+    }
+    q.pair_ctas = static_cast<int>(std::min<std::int64_t>(q.pair_ctas, std::max<std::int64_t>(1, INT_MAX / pairs)));
+    ctas = pairs * q.pair_ctas;
+  }
   const LaunchShape shape{dim3(static_cast<unsigned>(ctas)), dim3(combine::kThreads), 0};
-  launch_pdl(combine::combine_kernel<kDtype, kHeadDim>, shape, stream, programmatic, p);
+  launch_pdl(combine::combine_kernel<kDtype, kHeadDim>, shape, stream, programmatic, q);
 }
 
 }  // namespace msa::cuda

@@ -31,9 +31,10 @@ inline bool combine_params_ok(const CombineParams& p) {
   return p.topk >= 1 && p.topk <= 32 && p.uniform_count >= 1 && p.uniform_count <= p.topk && p.group >= 1 &&
          p.h_q >= 1 && p.h_q % p.group == 0 && p.total_q >= 0 && aligned16(p.o_partial) && aligned16(p.out) &&
          p.stride_out_token % 8 == 0 && p.stride_out_head % 8 == 0 &&
-         (p.tile_list == nullptr || (p.tile_count != nullptr && p.q_per_tile >= 1 && p.q_per_tile <= 32 &&
-                                     p.tiles_per_head == (p.total_q + p.q_per_tile - 1) / p.q_per_tile &&
-                                     std::int64_t(p.h_q / p.group) * p.tiles_per_head <= INT32_MAX / 2));
+         (p.tile_list == nullptr ||
+          (p.tile_count != nullptr && p.pair_ctas >= 0 && p.q_per_tile >= 1 && p.q_per_tile <= 32 &&
+           p.tiles_per_head == (p.total_q + p.q_per_tile - 1) / p.q_per_tile &&
+           std::int64_t(p.h_q / p.group) * p.tiles_per_head <= INT32_MAX / 2));
 }
 
 // CombineParams' stride of out's dimension `dim` (0: token, 1: head): 0 where the dimension has

@@ -31,6 +31,10 @@ struct CombineParams {
   const std::int32_t* tile_count;  // [1], clamped to [0, h_kv * tiles_per_head]
   int q_per_tile;                  // 1..32
   std::int64_t tiles_per_head;     // ceil(total_q / q_per_tile)
+  // CTAs per listed pair, each merging every pair_ctas-th round of kRowsPerCta of the pair's
+  // rows; 0: launch_combine picks (enough CTAs to fill the GPU when pairs are few, 1 when they
+  // are many). The result does not depend on it.
+  int pair_ctas;
   bool out_fp16;  // out is fp16 (else bf16)
 };
 
