@@ -25,8 +25,8 @@ struct CombineParams {
   // The prefill's routing (null tile_list: every row is merged). Only the rows of the listed
   // (KV head, query tile) pairs are merged, the first *tile_count of tile_list (pairs numbered
   // head-major: KV head * tiles_per_head + q / q_per_tile); the tile-union kernel wrote the
-  // others. The launch then takes a CTA per pair (not per kRowsPerCta rows), and a CTA past the
-  // count leaves at once, so that rows it leaves alone cost little.
+  // others. The launch then takes pair_ctas CTAs per pair (not one per kRowsPerCta rows), and
+  // those past the count leave at once, so that rows it leaves alone cost little.
   const std::int32_t* tile_list;   // [h_kv * tiles_per_head]
   const std::int32_t* tile_count;  // [1], clamped to [0, h_kv * tiles_per_head]
   int q_per_tile;                  // 1..32
