@@ -34,7 +34,7 @@ void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmat
   // slot counts worse: docs/performance.md, step 45). A pair's rounds of kRowsPerCta rows are
   // serial in one CTA, so where pairs are few (a small chunk: 32 pairs of 8 rounds for 64 new
   // tokens at G = 16) they are spread over up to one CTA per round, until the grid has about
-  // four CTAs per SM (step 62).
+  // sixteen CTAs per SM (four were 2-4 us slower at 171 new tokens: step 62).
   CombineParams q = p;
   std::int64_t ctas = (p.total_q * p.h_q + kRowsPerCta - 1) / kRowsPerCta;
   if (p.tile_list != nullptr) {
@@ -48,7 +48,7 @@ void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmat
         MSA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
         return n;
       });
-      q.pair_ctas = static_cast<int>(std::min(rounds, std::max<std::int64_t>(1, (4 * sm_count + pairs - 1) / pairs)));
+      q.pair_ctas = static_cast<int>(std::min(rounds, std::max<std::int64_t>(1, (16 * sm_count + pairs - 1) / pairs)));
     }
     q.pair_ctas = static_cast<int>(std::min<std::int64_t>(q.pair_ctas, std::max<std::int64_t>(1, INT_MAX / pairs)));
     ctas = pairs * q.pair_ctas;

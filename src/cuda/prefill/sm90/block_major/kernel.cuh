@@ -9,9 +9,9 @@
 //     visible keys) from the plan's qsplit words, loaded a step ahead, and one TMA box per
 //     query (its G head rows); Q buffers and their facts are double buffered.
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: S = Q K^T, the one-pass softmax,
-// O = P V and the epilogue (normalised partial and LSE into the row's slot). The WGMMA issue
-// alternates between them (Turn), so one's softmax and epilogue run while the other's GEMMs
-// occupy the tensor cores.
+// O = P V and the epilogue (normalised partial and LSE into the row's slot). They issue their
+// WGMMAs independently: taking turns (as the tile-union kernel does) made the kernel about 1%
+// slower at 2k-32k queries and no faster on small chunks (docs/performance.md, step 62).
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
 //   q_full[2] (96 builder arrivals + TMA bytes)   q_empty[2] (256, once the O stores read it,
@@ -104,8 +104,6 @@ __device__ __forceinline__ void builders(const BlockMajorParams& p, const Prefil
 template <class Traits>
 __device__ __forceinline__ void consumers(const BlockMajorParams& p, const PrefillTma& tma,
                                           BlockMajorStorage<Traits>& smem, int ct) {
-  const Turn turn{ct / 128};
-  turn.start();
   int row[2];
   accumulator_rows<Traits>(ct, row);
 
@@ -136,12 +134,10 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
 
       auto acc_s = make_acc_s<Traits>();
       Barrier64::wait(&smem.kv.k_full[s], phase_of(use));
-      turn.sync();
       cute::warpgroup_fence_operand(acc_s);
       cute::warpgroup_arrive();
       issue_qk<Traits>(smem.q[buf], smem.kv.k[s], ct, acc_s);
       cute::warpgroup_commit_batch();
-      turn.pass();
       cute::warpgroup_wait<0>();
       cute::warpgroup_fence_operand(acc_s);
       if (last) Barrier64::arrive(&smem.kv.k_empty[s]);
@@ -157,13 +153,11 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
 
       auto acc_o = make_acc_o<Traits>();
       Barrier64::wait(&smem.kv.v_full[s], phase_of(use));
-      turn.sync();
       cute::warpgroup_fence_operand(frag_p);
       cute::warpgroup_fence_operand(acc_o);
       cute::warpgroup_arrive();
       issue_pv<Traits, false>(frag_p, smem.kv.v[s], ct, acc_o);
       cute::warpgroup_commit_batch();
-      turn.pass();
       cute::warpgroup_wait<0>();
       cute::warpgroup_fence_operand(acc_o);
       if (last) Barrier64::arrive(&smem.kv.v_empty[s]);
@@ -189,7 +183,7 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
     stores_read();
     Barrier64::arrive(&smem.q_empty[pending]);
   }
-  turn.finish();
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // this thread's O stores complete
 }
 
 }  // namespace msa::cuda::prefill_sm90
