@@ -81,8 +81,8 @@ __device__ __forceinline__ void accumulator_rows(int ct, int (&row)[2]) {
 
 // The two consumer warpgroups' turn to issue WGMMAs (named barriers kTurn0 + wg; the tile-union
 // kernel's, the block-major kernel's issue freely): sync() waits for this warpgroup's turn,
-// pass() hands it to the other. Warpgroup 1 passes once at
-// the start (warpgroup 0 issues first) and warpgroup 0 takes that last pass at the end.
+// pass() hands it to the other. Warpgroup 1 passes once at the start (warpgroup 0 issues
+// first) and warpgroup 0 takes that last pass at the end.
 struct Turn {
   int wg;
   __device__ __forceinline__ void sync() const { named_barrier_sync(kTurn0 + wg, kConsumerThreads); }
