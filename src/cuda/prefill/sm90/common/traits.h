@@ -134,7 +134,6 @@ constexpr int kProducerRegs = 40;
 // Named barriers (0 is __syncthreads, unused after the prologue).
 enum Barrier : int {
   kBuilders = 1,   // the 96 builder threads
-  kTurn0 = 2,      // kTurn0 + w: consumer warpgroup w's turn to issue WGMMAs (256 threads)
   kEpilogue0 = 4,  // kEpilogue0 + w: warpgroup w's staged O rows are complete (128 threads)
   kWayMerge = 6,   // the warp consumers' ways have published their states (256 threads)
 };

@@ -1,5 +1,5 @@
-// WGMMA issue of both sm_90a prefill kernels and the consumers' turn-taking: S = Q K^T from
-// shared memory, O (+)= P V with P from registers. The caller fences, arrives and commits.
+// WGMMA issue of both sm_90a prefill kernels: S = Q K^T from shared memory, O (+)= P V with P
+// from registers. The caller fences, arrives and commits.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -78,23 +78,5 @@ __device__ __forceinline__ void accumulator_rows(int ct, int (&row)[2]) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) row[half] = get<0>(tScS(2 * half));
 }
-
-// The two consumer warpgroups' turn to issue WGMMAs (named barriers kTurn0 + wg; the tile-union
-// kernel's, the block-major kernel's issue freely): sync() waits for this warpgroup's turn,
-// pass() hands it to the other. Warpgroup 1 passes once at the start (warpgroup 0 issues
-// first) and warpgroup 0 takes that last pass at the end.
-struct Turn {
-  int wg;
-  __device__ __forceinline__ void sync() const { named_barrier_sync(kTurn0 + wg, kConsumerThreads); }
-  __device__ __forceinline__ void pass() const { named_barrier_arrive(kTurn0 + (wg ^ 1), kConsumerThreads); }
-  __device__ __forceinline__ void start() const {
-    if (wg == 1) pass();
-  }
-  // The end of a consumer role: the last turn taken, this thread's O stores complete.
-  __device__ __forceinline__ void finish() const {
-    if (wg == 0) sync();
-    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-  }
-};
 
 }  // namespace msa::cuda::prefill_sm90

@@ -10,8 +10,8 @@
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
 // while that P V still runs; with Traits::kSkipBlocks (the decode) a warpgroup skips the
-// blocks that no query of its rows chose. The WGMMA issue alternates between them (Turn), so
-// one's softmax runs while the other's GEMMs occupy the tensor cores. The decode's FP8 instance
+// blocks that no query of its rows chose. They issue their WGMMAs independently (taking turns
+// was 2-3% slower at tile-shared S = 8k and 32k: docs/performance.md, step 62). The decode's FP8 instance
 // (Traits::kWarpMma) has eight consumer warps on mma.sync instead (warp_mma.cuh).
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
@@ -185,8 +185,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
   static_assert(!Traits::kFp8Kv, "FP8 K/V: warp_consumers");
   static_assert(Traits::kRingStages == kStages, "stages taken as use & 1");
   const int group = p.attn.group;
-  const Turn turn{ct / 128};
-  turn.start();
+  const int wg = ct / 128;
   int row[2];
   accumulator_rows<Traits>(ct, row);
 
@@ -218,7 +217,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
     static_assert(!Traits::kSkipBlocks || kWords == 1);
     std::uint32_t wg_queries = 0;
     if constexpr (Traits::kSkipBlocks) {
-      const int first = turn.wg * 64, last = min(turn.wg * 64 + 63, t.nq * group - 1);
+      const int first = wg * 64, last = min(wg * 64 + 63, t.nq * group - 1);
       for (int qi = first / group; first <= last && qi <= last / group; ++qi) wg_queries |= 1u << qi;
     }
     auto key_limits = [&](int u, int(&limit)[2]) {
@@ -254,7 +253,6 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
         const int sp = s ^ 1;  // stage of block u - 1
         if constexpr (kQk) Barrier64::wait(&smem.kv.k_full[s], phase_of(use + u));
         if constexpr (kPv) Barrier64::wait(&smem.kv.v_full[sp], phase_of(use + u - 1));
-        turn.sync();
         cute::warpgroup_fence_operand(acc_s);
         cute::warpgroup_fence_operand(acc_o);
         cute::warpgroup_fence_operand(frag_p);
@@ -267,7 +265,6 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
           issue_pv<Traits, true>(frag_p, smem.kv.v[sp], ct, acc_o);
           cute::warpgroup_commit_batch();
         }
-        turn.pass();
         float alpha[2];
         bool rescale = false;  // softmax_fold: whether O needs alpha
         if constexpr (kQk) {
@@ -288,9 +285,8 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
           softmax_apply(acc_s, frag_p, acc_o, alpha, rescale);
         }
       };
-      // Turn u (u = 0..n, the same count in both warpgroups and in both loops below) takes
-      // block u with the P V of block u - 1. Without kSkipBlocks, or when every block has a
-      // query of this warpgroup's rows, that is the straight pipeline.
+      // Phase u (u = 0..n) takes block u with the P V of block u - 1. Without kSkipBlocks, or
+      // when every block has a query of this warpgroup's rows, that is the straight pipeline.
       bool every = true;
       if constexpr (Traits::kSkipBlocks)
         for (int u = 0; u < n && every; ++u) every = (list.members[u0 + u][0] & wg_queries) != 0u;
@@ -313,12 +309,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
             else
               phase(cute::true_type{}, cute::false_type{}, u);
           } else {
-            if (pending) {
-              phase(cute::false_type{}, cute::true_type{}, u);
-            } else {
-              turn.sync();
-              turn.pass();
-            }
+            if (pending) phase(cute::false_type{}, cute::true_type{}, u);
             if (u < n) {
               const int s = static_cast<int>((use + u) & 1u);
               Barrier64::wait(&smem.kv.k_full[s], phase_of(use + u));
@@ -352,7 +343,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
     Barrier64::arrive(&smem.q_empty[qb]);
     ++iter;
   }
-  turn.finish();
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // this thread's O stores complete
 }
 
 template <class Traits>
