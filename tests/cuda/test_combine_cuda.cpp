@@ -33,10 +33,17 @@ using msa::bench::HostTensor;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The combine instance for (partial dtype, d), through the operator layer's one dispatch.
+// The combine instance for (partial dtype, d), through the operator layer's one dispatch, with
+// the current device's SM count where a tile list makes the launch read it (as the operators
+// pass theirs).
 void launch(const msa::cuda::CombineParams& p, msa::DType partial, int d, cudaStream_t stream, bool programmatic) {
+  int device = 0, sm_count = 0;
+  if (p.tile_list != nullptr) {
+    CUDA_OK(cudaGetDevice(&device));
+    CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  }
   msa::cuda::dispatch_combine(partial, d, [&]<msa::DType kDtype, int kHeadDim>() {
-    msa::cuda::launch_combine<kDtype, kHeadDim>(p, stream, programmatic);
+    msa::cuda::launch_combine<kDtype, kHeadDim>(p, sm_count, stream, programmatic);
   });
 }
 

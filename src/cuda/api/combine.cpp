@@ -67,7 +67,7 @@ class CombineCuda final : public Combine::Impl {
     c.uniform_count = 1;  // unused: split_counts is given
     c.out_fp16 = args.out.dtype == DType::kFP16;
     dispatch_combine(args.o_partial.dtype, shape.d, [&]<DType kDtype, int kHeadDim>() {
-      launch_combine<kDtype, kHeadDim>(c, stream, /*programmatic=*/false);
+      launch_combine<kDtype, kHeadDim>(c, /*sm_count=*/0, stream, /*programmatic=*/false);  // no tile list
     });
   }
 };

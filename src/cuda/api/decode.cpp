@@ -83,7 +83,8 @@ class DecodeCuda final : public SparseDecode::Impl {
       if (geo_.splits == 1) return;  // the kernel wrote out and lse itself
       // The partials are in q's dtype (bf16 with FP8 K/V).
       const CombineParams c = decode_combine_params(shape, args, geo_, ws_);
-      dispatch_combine(q_dtype, kHeadDim, [&]<DType kDtype, int kD>() { launch_combine<kDtype, kD>(c, stream, true); });
+      dispatch_combine(q_dtype, kHeadDim,
+                       [&]<DType kDtype, int kD>() { launch_combine<kDtype, kD>(c, sm_count_, stream, true); });
     });
   }
 

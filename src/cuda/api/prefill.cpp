@@ -285,7 +285,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       }
       if (use_block_major) {
         launch_block_major<kDtype, kHeadDim>(block_major_params(attn, ws_), tma, sm_count_, stream);
-        launch_combine<kDtype, kHeadDim>(c, stream, /*programmatic=*/true);
+        launch_combine<kDtype, kHeadDim>(c, sm_count_, stream, /*programmatic=*/true);
       }
     });
   }

@@ -16,7 +16,7 @@
 namespace msa::cuda {
 
 template <DType kDtype, int kHeadDim>
-void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmatic) {
+void launch_combine(const CombineParams& p, int sm_count, cudaStream_t stream, bool programmatic) {
   if (p.total_q == 0) return;  // nothing to merge (an empty out need not be aligned: check_layout)
   MSA_ASSERT(combine_params_ok(p));
   // The prefill and decode kernels before it run with the largest shared-memory carve-out; the
@@ -41,13 +41,7 @@ void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmat
     const std::int64_t pairs = std::int64_t(p.h_q / p.group) * p.tiles_per_head;
     const std::int64_t rounds = (std::int64_t(p.q_per_tile) * p.group + kRowsPerCta - 1) / kRowsPerCta;
     if (q.pair_ctas == 0) {
-      static PerDevice<int> sms;
-      const int sm_count = sms.get([] {
-        int device = 0, n = 0;
-        MSA_CUDA_CHECK(cudaGetDevice(&device));
-        MSA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-        return n;
-      });
+      MSA_ASSERT(sm_count >= 1);
       q.pair_ctas = static_cast<int>(std::min(rounds, std::max<std::int64_t>(1, (16 * sm_count + pairs - 1) / pairs)));
     }
     q.pair_ctas = static_cast<int>(std::min<std::int64_t>(q.pair_ctas, std::max<std::int64_t>(1, INT_MAX / pairs)));

@@ -20,9 +20,12 @@ namespace msa::cuda {
 // p.tile_list only the listed pairs' rows are merged (the others are not touched). Bitwise
 // reproducible. With `programmatic`, launched with programmatic stream serialisation: it may
 // start while the previous kernel on the stream finishes and waits for it before reading
-// anything. The operator layer has validated p (alignment, strides, topk); this only asserts.
+// anything. sm_count is the current device's SM count (the operator's cached one): with
+// p.tile_list and p.pair_ctas 0 the launch spreads the listed pairs' rows over about 16 CTAs
+// per SM; elsewhere it is not read (0 will do). The operator layer has validated p (alignment,
+// strides, topk); this only asserts.
 template <DType kDtype, int kHeadDim>
-void launch_combine(const CombineParams& p, cudaStream_t stream, bool programmatic);
+void launch_combine(const CombineParams& p, int sm_count, cudaStream_t stream, bool programmatic);
 
 // Whether p meets launch_combine's preconditions (which it asserts): counts in range, 16-byte
 // aligned partials and out, out strides of whole 16-byte rows, a consistent tile list.
