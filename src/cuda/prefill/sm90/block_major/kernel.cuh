@@ -9,7 +9,9 @@
 //     visible keys) from the plan's qsplit words, loaded a step ahead, and one TMA box per
 //     query (its G head rows); Q buffers and their facts are double buffered.
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: S = Q K^T, the one-pass softmax,
-// O = P V and the epilogue (normalised partial and LSE into the row's slot). They issue their
+// O = P V and the epilogue (normalised partial and LSE into the row's slot); the second one
+// only passes the barriers of a step whose 64 rows are all padding (8-19% off the runs of
+// 16-171-token chunks on 64k-128k prefixes, docs/performance.md step 63). They issue their
 // WGMMAs independently: taking turns (as the tile-union kernel does) made the kernel about 1%
 // slower at 2k-32k queries and no faster on small chunks (docs/performance.md, step 62).
 //
@@ -119,6 +121,7 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
   static_assert(Traits::kRingStages == kStages, "stages taken as use & 1");
   for (const int pos : sched.mine()) {
     const int s = static_cast<int>(use & 1u);
+    const int item_rows = rows;
     const int steps = item_steps<Traits>(rows);
     const int next = next_position(pos);
     rows = next < count ? sched.item(next).q_count * p.attn.group : 0;
@@ -132,6 +135,25 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
 #pragma unroll
       for (int half = 0; half < 2; ++half) key_limit[half] = facts[row[half]].key_limit;
 
+      // Warpgroup 1's 64 rows are all padding where the item's last step holds at most 64
+      // rows (an item of at most 4 queries at G = 16): it then issues no GEMM, softmax or store,
+      // only the ring's and the Q buffer's barriers. The test is made warp-uniform (a shuffle)
+      // so that ptxas keeps the WGMMAs asynchronous, and the accumulators live inside the busy
+      // branch only, so that no path reads them unwritten.
+      const bool idle = warp_uniform(tile * Traits::kTileM + (ct / 128) * 64 >= item_rows ? 1 : 0) != 0;
+      if (idle) {
+        Barrier64::wait(&smem.kv.k_full[s], phase_of(use));
+        if (last) Barrier64::arrive(&smem.kv.k_empty[s]);
+        if (pending >= 0) {
+          stores_read();
+          Barrier64::arrive(&smem.q_empty[pending]);
+        }
+        Barrier64::wait(&smem.kv.v_full[s], phase_of(use));
+        if (last) Barrier64::arrive(&smem.kv.v_empty[s]);
+        Barrier64::arrive(&smem.q_empty[buf]);  // no stores read this buffer
+        pending = -1;
+        continue;
+      }
       auto acc_s = make_acc_s<Traits>();
       Barrier64::wait(&smem.kv.k_full[s], phase_of(use));
       cute::warpgroup_fence_operand(acc_s);
