@@ -408,7 +408,8 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     grant_smem(true, g.small_smem_bytes);
     k2q_small_head_kernel<<<static_cast<unsigned>(g.h_kv), kSmallThreads, g.small_smem_bytes, stream>>>(p);
     MSA_CUDA_CHECK(cudaGetLastError());
-    const LaunchShape finish{dim3(1), dim3(kSmallThreads), static_cast<std::size_t>(g.max_rows) * sizeof(int)};
+    const LaunchShape finish{dim3(static_cast<unsigned>(g.h_kv)), dim3(kSmallThreads),
+                             static_cast<std::size_t>(g.max_rows) * sizeof(int)};
     launch_pdl(k2q_small_finish_kernel, finish, stream, true, p);
     return;
   }

@@ -15,9 +15,11 @@
 //                    the round's queries gives an edge its rank in the row, so every row is
 //                    q-ascending as the host's sequential writer leaves it;
 //                  - the -1 / kUnused tail.
-//   2. finish CTA  one CTA: the row map (row_coords, total_rows) before it waits for the head
-//                  CTAs (programmatic dependent launch), then the flat (head, row) scan of work
-//                  items, work_count, and the routed tiles' list.
+//   2. finish CTAs one per KV head: the row map (CTA 0 stores row_coords and total_rows)
+//                  before they wait for the head CTAs (programmatic dependent launch); then
+//                  each counts the work items of the heads before its own (where its items
+//                  start in the flat (head, row) order) and writes its head's; the last one
+//                  writes work_count, CTA 0 the routed tiles' list.
 //
 // Included by k2q_device.cu only, after k2q_kernels.cuh (rank_in_segment, request_blocks).
 #pragma once
@@ -238,7 +240,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_head_kernel(const 
   }
 }
 
-// The one finish CTA. Dynamic shared memory: [max_rows] (b << 20 | block) of each row.
+// The finish grid: one CTA per KV head, each writing its head's work items. Dynamic shared
+// memory: [max_rows] (b << 20 | block) of each row.
 __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(const BuildParams p) {
   using Scan = cub::BlockScan<int, kSmallThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
@@ -246,18 +249,22 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
   __shared__ int s_first[kSmallThreads * kSmallItemsPerThread];  // a round's first item per entry
   extern __shared__ int s_coord[];
   const int tid = threadIdx.x;
+  const int h = blockIdx.x;
   if (tid < p.batch) s_rows[tid] = request_blocks(p, tid);
   __syncthreads();
-  // The row map reads only the batch, which the head CTAs do not write.
+  // The row map reads only the batch, which the head CTAs do not write. Every CTA maps the rows
+  // (its items carry their coordinates); CTA 0 also stores the map.
   for (int i = tid; i < p.batch * p.max_blocks; i += kSmallThreads) {
     const int b = i / p.max_blocks, l = i - b * p.max_blocks;
     if (l >= s_rows[b]) continue;
     const int row = small_row_of(s_rows, p.batch, b, l);
-    p.row_coords[2 * static_cast<std::int64_t>(row)] = b;
-    p.row_coords[2 * static_cast<std::int64_t>(row) + 1] = l;
+    if (h == 0) {
+      p.row_coords[2 * static_cast<std::int64_t>(row)] = b;
+      p.row_coords[2 * static_cast<std::int64_t>(row) + 1] = l;
+    }
     s_coord[row] = (b << 20) | l;
   }
-  if (tid == 0) {
+  if (h == 0 && tid == 0) {
     int rows = 0;
     for (int b = 0; b < p.batch; ++b) rows += s_rows[b];
     *p.total_rows = rows;
@@ -265,29 +272,40 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
   wait_for_previous_grid();  // row_ptr, route flags
   __syncthreads();
 
-  // Work items over the flat (head, row) order, a round of kSmallThreads * kSmallItemsPerThread
-  // entries at a time: each thread counts the items of its consecutive entries, the scan puts
-  // every entry's first item in s_first, and then each thread writes every kSmallThreads-th
-  // item of the round, found by a binary search over s_first. A warp so stores 32 consecutive
-  // items (24 bytes each); a thread writing its own entries' items left them ~200 bytes apart.
-  constexpr int kRound = kSmallThreads * kSmallItemsPerThread;
   const int stride = p.max_rows + 1;
-  const int n = p.h_kv * p.max_rows;
   const int qpi = p.q_per_item;
+  const auto row_items = [&](int head, int r) {
+    const std::int32_t* rp = p.row_ptr + static_cast<std::int64_t>(head) * stride + r;
+    return (rp[1] - rp[0] + qpi - 1) / qpi;
+  };
+  // The items of the heads before this one (the work list is in flat (head, row) order): where
+  // this head's items start.
   int carry = 0;
+  {
+    int sum = 0;
+    for (int e = tid; e < h * p.max_rows; e += kSmallThreads) {
+      const int head = e / p.max_rows;
+      sum += row_items(head, e - head * p.max_rows);
+    }
+    int ex = 0;
+    Scan(scan_tmp).ExclusiveSum(sum, ex, carry);
+    __syncthreads();  // scan_tmp is reused
+  }
+
+  // This head's items, a round of kSmallThreads * kSmallItemsPerThread rows at a time: each
+  // thread counts the items of its consecutive rows, the scan puts every row's first item in
+  // s_first, and then each thread writes every kSmallThreads-th item of the round, found by a
+  // binary search over s_first. A warp so stores 32 consecutive items (24 bytes each); a thread
+  // writing its own rows' items left them ~200 bytes apart.
+  constexpr int kRound = kSmallThreads * kSmallItemsPerThread;
+  const int n = p.max_rows;
   for (int base = 0; base < n; base += kRound) {
-    const int e0 = base + tid * kSmallItemsPerThread;
+    const int r0 = base + tid * kSmallItemsPerThread;
     int items[kSmallItemsPerThread];
     int sum = 0;
 #pragma unroll
     for (int k = 0; k < kSmallItemsPerThread; ++k) {
-      const int e = e0 + k;
-      items[k] = 0;
-      if (e < n) {
-        const int h = e / p.max_rows, r = e - h * p.max_rows;
-        const int edges = p.row_ptr[h * stride + r + 1] - p.row_ptr[h * stride + r];
-        items[k] = (edges + qpi - 1) / qpi;
-      }
+      items[k] = r0 + k < n ? row_items(h, r0 + k) : 0;
       sum += items[k];
     }
     int ex = 0, agg = 0;
@@ -298,13 +316,12 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
       ex += items[k];
     }
     __syncthreads();
-    const int round_entries = min(kRound, n - base);
+    const int round_rows = min(kRound, n - base);
     for (int i = tid; i < agg; i += kSmallThreads) {
-      // The last entry of the round whose first item is <= i (it has items: the next entry's
-      // first is > i).
-      const int lo = last_at_most(s_first, round_entries, i);
-      const int e = base + lo;
-      const int h = e / p.max_rows, r = e - h * p.max_rows;
+      // The last row of the round whose first item is <= i (it has items: the next row's first
+      // is > i).
+      const int lo = last_at_most(s_first, round_rows, i);
+      const int r = base + lo;
       const int begin = p.row_ptr[h * stride + r];
       const int edges = p.row_ptr[h * stride + r + 1] - begin;
       const int first = (i - s_first[lo]) * qpi;
@@ -316,10 +333,11 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_finish_kernel(cons
     carry += agg;
     __syncthreads();  // scan_tmp and s_first are reused
   }
-  if (tid == 0) *p.work_count = min(carry, p.work_capacity);
+  // The last head's CTA has counted every item.
+  if (h == static_cast<int>(gridDim.x) - 1 && tid == 0) *p.work_count = min(carry, p.work_capacity);
 
-  // The routed tiles, in rank order (tile_of_rank).
-  if (p.route_tile_out == nullptr) return;
+  // The routed tiles, in rank order (tile_of_rank), by CTA 0.
+  if (p.route_tile_out == nullptr || h != 0) return;
   compact_route_list<kSmallThreads, kSmallItemsPerThread>(p.route_tile_out, p.route_per_head, p.h_kv, p.union_list,
                                                           p.union_count, p.combine_list, p.combine_count, scan_tmp);
 }
