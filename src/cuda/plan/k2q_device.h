@@ -53,7 +53,7 @@ struct K2qDeviceGeometry {
   //   it fits (k2q_fused_fits) and was measured faster;
   // - kGrid (k2q_grid_kernels.cuh): one cooperative launch of h_kv * grid_tasks_per_head CTAs,
   //   where it fits (k2q_grid_fits) and was measured faster;
-  // - kSmall (k2q_small_kernels.cuh): two launches, one CTA per KV head and one to finish, where
+  // - kSmall (k2q_small_kernels.cuh): two launches of one CTA per KV head (build, finish), where
   //   it fits (k2q_small_fits) and was measured faster than the general path;
   // - kGeneral (k2q_kernels.cuh): eight kernels, any size.
   K2qPath path = K2qPath::kGeneral;

@@ -38,10 +38,10 @@ inline constexpr int kSmallMaxSlots = 16384;   // total_q * K' the head CTA hold
 inline constexpr int kSmallChosenSlots = 3072;
 inline constexpr int kSmallChosenPairs = 4 * 6144;
 inline constexpr int kSmallMaxRows = 6144;     // max_rows (4 requests of 128k tokens: 4100)
-inline constexpr int kSmallItemsPerThread = 4;  // the finish CTA's scans (its s_first: 16 KB)
+inline constexpr int kSmallItemsPerThread = 4;  // a finish CTA's scans (its s_first: 16 KB)
 static_assert(kSmallRoundQueries == 64, "a round's queries are the bits of two 32-bit words per row");
 // The head CTA's dynamic shared memory at the limits (small_smem below: 4 slots + 24 rows + 4
-// bytes) leaves room for its static arrays within the 227 KB of an sm_90 CTA; the finish CTA's
+// bytes) leaves room for its static arrays within the 227 KB of an sm_90 CTA; a finish CTA's
 // row map (4 bytes a row) and s_first stay within the 48 KB default with its static memory.
 static_assert(4 * kSmallMaxSlots + 24 * kSmallMaxRows + 4 <= 216 * 1024, "head CTA shared memory");
 static_assert(4 * kSmallMaxRows + 4 * kSmallThreads * kSmallItemsPerThread <= 44 * 1024, "finish CTA shared memory");

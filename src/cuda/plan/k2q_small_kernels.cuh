@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_head_kernel(const 
   auto* s_mask = reinterpret_cast<unsigned*>(s_dyn + layout.mask_off);  // [2, max_rows, 2]
   unsigned* s_bits = s_mask;  // routing: [tiles, words]
 
-  allow_next_grid();  // the finish CTA maps rows meanwhile, then waits for this grid
+  allow_next_grid();  // the finish CTAs map rows meanwhile, then wait for this grid
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int h = blockIdx.x;

@@ -2,7 +2,7 @@
 // the warp that routes one tile, and the CTA that compacts the flagged tiles into the
 // tile-union kernel's list. The k2q planner's general path routes in CTAs of its row map's
 // launch and compacts in a CTA of its finish launch (k2q_kernels.cuh); its small path routes
-// its own way and compacts in its finish CTA (k2q_small_kernels.cuh). So the routing adds no
+// its own way and compacts in CTA 0 of its finish launch (k2q_small_kernels.cuh). So the routing adds no
 // launch of its own.
 #pragma once
 
