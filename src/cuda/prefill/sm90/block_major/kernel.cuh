@@ -135,11 +135,12 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
 #pragma unroll
       for (int half = 0; half < 2; ++half) key_limit[half] = facts[row[half]].key_limit;
 
-      // Warpgroup 1's 64 rows are all padding where the item's last step holds at most 64
-      // rows (an item of at most 4 queries at G = 16): it then issues no GEMM, softmax or store,
-      // only the ring's and the Q buffer's barriers. The test is made warp-uniform (a shuffle)
-      // so that ptxas keeps the WGMMAs asynchronous, and the accumulators live inside the busy
-      // branch only, so that no path reads them unwritten.
+      // The second consumer warpgroup's 64 rows are all padding where the item's last step
+      // holds at most 64 rows (the one step of an item of at most 4 queries at G = 16, the last
+      // of one of 9-12): it then issues no GEMM, softmax or store, only the ring's and the Q
+      // buffer's barriers. The test is made warp-uniform (a shuffle) so that ptxas keeps the
+      // WGMMAs asynchronous, and the accumulators live inside the busy branch only, so that no
+      // path reads them unwritten.
       const bool idle = warp_uniform(tile * Traits::kTileM + (ct / 128) * 64 >= item_rows ? 1 : 0) != 0;
       if (idle) {
         Barrier64::wait(&smem.kv.k_full[s], phase_of(use));
