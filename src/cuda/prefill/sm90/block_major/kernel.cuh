@@ -206,7 +206,7 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
     stores_read();
     Barrier64::arrive(&smem.q_empty[pending]);
   }
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // this thread's O stores complete
+  stores_complete();
 }
 
 }  // namespace msa::cuda::prefill_sm90

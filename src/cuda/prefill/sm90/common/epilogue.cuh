@@ -150,4 +150,7 @@ __device__ __forceinline__ void store_tile(const PrefillTma& tma, const CUtensor
 // issued none): after store_tile<Traits, false>, before its buffer is released.
 __device__ __forceinline__ void stores_read() { cute::tma_store_wait<0>(); }
 
+// Every TMA store this thread issued is complete (its writes done): the end of a consumer role.
+__device__ __forceinline__ void stores_complete() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 }  // namespace msa::cuda::prefill_sm90

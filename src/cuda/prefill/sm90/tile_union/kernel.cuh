@@ -11,8 +11,9 @@
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
 // while that P V still runs; with Traits::kSkipBlocks (the decode) a warpgroup skips the
 // blocks that no query of its rows chose. They issue their WGMMAs independently (taking turns
-// was 2-3% slower at tile-shared S = 8k and 32k: docs/performance.md, step 62). The decode's FP8 instance
-// (Traits::kWarpMma) has eight consumer warps on mma.sync instead (warp_mma.cuh).
+// was 2-3% slower at tile-shared S = 8k and 32k: docs/performance.md, steps 62 and 63). The
+// decode's FP8 instance (Traits::kWarpMma) has eight consumer warps on mma.sync instead
+// (warp_mma.cuh).
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
 //   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer + 32 loader arrivals)
@@ -343,7 +344,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
     Barrier64::arrive(&smem.q_empty[qb]);
     ++iter;
   }
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // this thread's O stores complete
+  stores_complete();
 }
 
 template <class Traits>
