@@ -770,6 +770,15 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   add("S8k_B1_shared", std::vector<Request>{{8192, 8192}}, Selection::kTileShared);
   add("S12k_B1_shared", std::vector<Request>{{12288, 12288}}, Selection::kTileShared);
   add("4k_x2_shared", chunk(4096, 4096, 2), Selection::kTileShared);
+  // Many KV heads (G = 4 and 2 at h_q 64): the planner's work grows with h_kv, the run's less.
+  const auto add_heads = [&timed](const char* name, int h_kv, std::vector<Request> requests) {
+    timed.push_back({name, h_kv, 16, 64, std::move(requests), Selection::kRandom, Mutation::kNone, 0,
+                     21 + static_cast<std::uint64_t>(timed.size())});
+  };
+  add_heads("S16k_G4_random", 16, std::vector<Request>{{16384, 16384}});
+  add_heads("S32k_G4_random", 16, std::vector<Request>{{32768, 32768}});
+  add_heads("S16k_G2_random", 32, std::vector<Request>{{16384, 16384}});
+  add_heads("S32k_G2_random", 32, std::vector<Request>{{32768, 32768}});
   // MSA_PLAN_TIMING_CASE=<name>: that case only (e.g. under a profiler).
   const char* only = std::getenv("MSA_PLAN_TIMING_CASE");
   for (const PlanCase& c : timed) {
@@ -781,7 +790,8 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
       ASSERT_NE(dp.workspace.get(), nullptr);
       if (!path_fits(dp.sizes.geo, path)) continue;
       dp.sizes.geo.path = path;
-      RouteBuffers route(c, in, dp, 8);
+      // The routing's tiles at h_q 64 (8 queries at G = 16, as SparsePrefill routes them).
+      RouteBuffers route(c, in, dp, msa::cuda::tile_union_queries_per_tile(std::max(1, 64 / c.h_kv), c.topk));
       dp.inputs.route = &route.params;
       cudaStream_t stream = nullptr;
       CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
