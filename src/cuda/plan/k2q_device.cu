@@ -87,7 +87,6 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   }
   p.row_coords = out.row_coords;
   p.row_ptr = out.row_ptr;
-  p.q_indices = out.q_indices;
   p.qsplit = out.qsplit;
   p.split_counts = out.split_counts;
   p.work = out.work;
@@ -341,7 +340,6 @@ K2qDeviceBuffers k2q_device_layout(const K2qDeviceGeometry& g, Arena& arena) {
   K2qDeviceBuffers b{};
   b.row_coords = arena.take<std::int32_t>(n(g.max_rows * 2));
   b.row_ptr = arena.take<std::int32_t>(n(h_kv * (g.max_rows + 1)));
-  b.q_indices = arena.take<std::int32_t>(n(h_kv * g.edges_per_head));
   b.qsplit = arena.take<std::int32_t>(n(h_kv * g.edges_per_head));
   b.split_counts = arena.take<std::int32_t>(n(g.total_q * h_kv));
   b.work = arena.take<WorkItem>(n(g.work_capacity));

@@ -1,7 +1,9 @@
 // Device k2q planner (spec §2): the reverse CSR and work list built on the GPU from device
 // cu_seqlens_q / k_len / topk, with no host synchronisation (capturable in a CUDA graph).
-// Byte-identical to the host builder (core/k2q_host.cpp) in row_coords, row_ptr, q_indices,
-// qsplit and split_counts; the same work items as a set (given the same tile routing).
+// Byte-identical to the host builder (core/k2q_host.cpp) in row_coords, row_ptr, qsplit and
+// split_counts; the same work items as a set (given the same tile routing). The host plan's
+// q_indices is not built on the device (no kernel reads it): k2q_device_snapshot derives it
+// from qsplit.
 //
 // Every size comes from host-known bounds (batch, total_q, max_k_len); total_rows is data
 // dependent, so arrays are laid out with capacities and the meaningful part is described
@@ -108,7 +110,6 @@ struct K2qDeviceBuffers {
   std::int32_t* row_ptr;       // [h_kv, max_rows + 1], row stride max_rows + 1; meaningful
                                // row_ptr[h, 0..total_rows]; entries total_rows..max_rows of a
                                // head all equal its edge count (so row_ptr[h, max_rows] = edges)
-  std::int32_t* q_indices;     // [h_kv, edges_per_head] request-local q, -1 tail (all meaningful)
   std::int32_t* qsplit;        // [h_kv, edges_per_head] qsplit::encode(q_local, slot),
                                // qsplit::kUnused tail (all meaningful)
   std::int32_t* split_counts;  // [total_q, h_kv] (all meaningful)

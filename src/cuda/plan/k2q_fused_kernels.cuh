@@ -23,11 +23,11 @@
 //      row's (edges, items); the task's total into task_totals |
 //   3. per row task: the prefix of the task totals before it (this head's edges, every head's
 //      items), then row_ptr and the work items of its rows; row_ptr's padding past the last row
-//      (the head's edge total), and its share of the q_indices and qsplit tail (-1, unused) past
-//      the head's last edge |
+//      (the head's edge total), and its share of the qsplit tail (unused) past the head's last
+//      edge |
 //   4. scatter: per unit task, the warps count again, and each warp's cursor per block is
 //      row_ptr + the unit's prefix + the warps' before it; each warp places its queries in
-//      order (the general path's scatter), writing qsplit and q_indices. The last CTA (a spare
+//      order (the general path's scatter), writing qsplit. The last CTA (a spare
 //      one where the device holds it) then lists the routed tiles.
 // Every row is q-ascending, as the host's sequential writer leaves it, so the plan is the same
 // byte for byte as the other paths'.
@@ -363,12 +363,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     // row task; the scatter writes below it.
     const std::int64_t used = min(max(head_edges, 0), p.edges_per_head);
     std::int32_t* g_qsplit = p.qsplit + h * p.edges_per_head;
-    std::int32_t* g_q_indices = p.q_indices + h * p.edges_per_head;
     for (std::int64_t i = used + static_cast<std::int64_t>(r) * kFusedThreads + tid; i < p.edges_per_head;
-         i += static_cast<std::int64_t>(per_head) * kFusedThreads) {
-      g_q_indices[i] = -1;
+         i += static_cast<std::int64_t>(per_head) * kFusedThreads)
       g_qsplit[i] = qsplit::kUnused;
-    }
     if (t == 0 && tid == 0) {
       *p.total_rows = total_rows;
       *p.work_count = static_cast<int>(min(s_base.items, static_cast<unsigned long long>(p.work_capacity)));
@@ -413,7 +410,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
     __syncthreads();
 
-    scatter_passes(p, h, un, s_hist, p.q_indices + h * edges_cap, lane);
+    scatter_passes(p, h, un, s_hist, lane);
     __syncthreads();  // the cursors are reused
   }
   // The routed tiles' list, which nothing in the launch reads, on the last CTA (a spare one

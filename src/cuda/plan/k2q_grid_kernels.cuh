@@ -274,7 +274,6 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   // Placement, kGridThreads queries per round.
   const std::int64_t edges_cap = p.edges_per_head;
   std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * edges_cap;
-  std::int32_t* g_q_indices = p.q_indices + static_cast<std::int64_t>(h) * edges_cap;
   const unsigned below_lane = (1u << lane) - 1u;
   for (int base = 0; base < p.total_q && n_rows > 0; base += kGridThreads) {
     const int q = base + tid;
@@ -301,10 +300,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
       for (int w = 0; w < warp; ++w) below += __popc(words[w]);
       const int pos = s.cursor[row] + below;
       const int q_local = q - s_begin[g.b];
-      if (pos >= 0 && pos < edges_cap) {
-        g_qsplit[pos] = qsplit::encode(q_local, grid_slot(g, keep, g.ids[j]));
-        g_q_indices[pos] = q_local;
-      }
+      if (pos >= 0 && pos < edges_cap) g_qsplit[pos] = qsplit::encode(q_local, grid_slot(g, keep, g.ids[j]));
     }
     __syncthreads();
     if (tid < n_rows) {
@@ -321,10 +317,8 @@ __global__ void __launch_bounds__(kGridThreads, 2)
 
   // The tail past the head's last edge, shared by the head's tasks.
   for (std::int64_t i = head_edges + static_cast<std::int64_t>(r) * kGridThreads + tid; i < edges_cap;
-       i += static_cast<std::int64_t>(per_head) * kGridThreads) {
-    g_q_indices[i] = -1;
+       i += static_cast<std::int64_t>(per_head) * kGridThreads)
     g_qsplit[i] = qsplit::kUnused;
-  }
 }
 
 }  // namespace msa::cuda::k2q

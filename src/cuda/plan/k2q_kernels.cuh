@@ -20,9 +20,8 @@
 //   4. scatter     the count warps again: per-block cursors = row_ptr + unit prefix, qsplit
 //                  placed in query order (lane order within a pass) with no global atomics, so
 //                  every row is q-ascending exactly as the host's sequential writer leaves it.
-//   5. finish      q_indices = qsplit::query(qsplit) (coalesced), -1 after each head's last edge;
-//                  and, when the planner routed, one CTA compacting the routed tiles' list
-//                  (tile_route.cuh).
+//   5. finish      qsplit::kUnused after each head's last edge; and, when the planner routed,
+//                  one CTA compacting the routed tiles' list (tile_route.cuh).
 //
 // Per query the selection is the set of ids in [0, rows_b) and a kept id's slot is the number
 // of kept ids below it: a warp holds 32 / K' queries (K' = next power of two >= topk), one id
@@ -309,11 +308,9 @@ __device__ __forceinline__ void count_passes(const BuildParams& p, int h, Unit u
 
 // One warp places the edges of the queries [u.q_begin, u.q_end) at s_cursor [u.blocks] (each
 // block's next place, advanced here), in query order: lanes of a pass on the same block take
-// consecutive places in lane order, which is query order, with no global atomics. Writes qsplit,
-// and q_indices where g_q_indices is not null (the general path derives it in its finish pass,
-// coalesced). A pass without an id (its rows routed) places nothing and is skipped. Warp-collective.
-__device__ __forceinline__ void scatter_passes(const BuildParams& p, int h, Unit u, int* s_cursor,
-                                               std::int32_t* g_q_indices, int lane) {
+// consecutive places in lane order, which is query order, with no global atomics. Writes qsplit.
+// A pass without an id (its rows routed) places nothing and is skipped. Warp-collective.
+__device__ __forceinline__ void scatter_passes(const BuildParams& p, int h, Unit u, int* s_cursor, int lane) {
   const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
   std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
   const unsigned lanes_below = (1u << lane) - 1u;
@@ -340,7 +337,6 @@ __device__ __forceinline__ void scatter_passes(const BuildParams& p, int h, Unit
       if (e.keep && pos >= 0 && pos < p.edges_per_head) {
         const int q_local = e.q - u.q_request;
         g_qsplit[pos] = qsplit::encode(q_local, e.slot);
-        if (g_q_indices != nullptr) g_q_indices[pos] = q_local;
       }
     }
   }
@@ -537,10 +533,10 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_scatter_kernel(const B
   const std::int32_t* g_prefix = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
   for (int l = lane; l < unit.blocks; l += 32) s_cursor[l] = g_row_ptr[g_row_of[l]] + g_prefix[l];
   __syncwarp();
-  scatter_passes(p, h, unit, s_cursor, nullptr, lane);  // q_indices: the finish pass
+  scatter_passes(p, h, unit, s_cursor, lane);
 }
 
-// ---- stage 5: q_indices and the -1 tail; the routed tiles' list --------------------------------
+// ---- stage 5: the qsplit tail; the routed tiles' list ----------------------------------------
 
 // CTAs: finish_list_ctas(p) listing the routed tiles (compact_route_list; nothing in the plan
 // reads the list, so it runs beside the tail rather than as the finalize launch's longest CTA,
@@ -560,17 +556,10 @@ __global__ void __launch_bounds__(kTailThreads) k2q_finish_kernel(const BuildPar
   const int x = cta - h * tail_ctas;
   const std::int64_t stride = static_cast<std::int64_t>(p.max_rows) + 1;
   const int used = min(max(p.row_ptr[h * stride + p.max_rows], 0), p.edges_per_head);
-  std::int32_t* g_q_indices = p.q_indices + static_cast<std::int64_t>(h) * p.edges_per_head;
   std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
-  for (std::int64_t i = static_cast<std::int64_t>(x) * kTailThreads + threadIdx.x; i < p.edges_per_head;
-       i += static_cast<std::int64_t>(tail_ctas) * kTailThreads) {
-    if (i < used) {
-      g_q_indices[i] = qsplit::query(g_qsplit[i]);
-    } else {
-      g_q_indices[i] = -1;
-      g_qsplit[i] = qsplit::kUnused;
-    }
-  }
+  for (std::int64_t i = used + static_cast<std::int64_t>(x) * kTailThreads + threadIdx.x; i < p.edges_per_head;
+       i += static_cast<std::int64_t>(tail_ctas) * kTailThreads)
+    g_qsplit[i] = qsplit::kUnused;
 }
 
 }  // namespace msa::cuda::k2q

@@ -152,7 +152,6 @@ struct BuildParams {
   // outputs
   std::int32_t* row_coords;    // [max_rows, 2] (b, block)
   std::int32_t* row_ptr;       // [h_kv, max_rows + 1]
-  std::int32_t* q_indices;     // [h_kv, edges_per_head]
   std::int32_t* qsplit;        // [h_kv, edges_per_head] qsplit words (core/plan_encoding.h)
   std::int32_t* split_counts;  // [total_q, h_kv]
   WorkItem* work;              // [work_capacity]

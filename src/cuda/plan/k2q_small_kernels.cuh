@@ -193,7 +193,6 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_head_kernel(const 
   // mostly share the local block's row). Two mask buffers in turn: a round's leads (each
   // row's first query in it) advance their cursors while the next round sets its bits.
   std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * edges_cap;
-  std::int32_t* g_q_indices = p.q_indices + static_cast<std::int64_t>(h) * edges_cap;
   constexpr int kLead = static_cast<int>(0x80000000u);
   for (int qa = 0, round = 0; qa < p.total_q; qa += kSmallRoundQueries, ++round) {
     unsigned* mask = s_mask + (round & 1) * 2 * p.max_rows;
@@ -224,20 +223,14 @@ __global__ void __launch_bounds__(kSmallThreads, 1) k2q_small_head_kernel(const 
       const int below = d < 32 ? __popc(lo & ((1u << d) - 1u)) : __popc(lo) + __popc(hi & ((1u << (d - 32)) - 1u));
       const int pos = s_count[row] + below;
       const int q_local = (v >> 5) & 2047;
-      if (pos >= 0 && pos < edges_cap) {
-        g_qsplit[pos] = qsplit::encode(q_local, v & 31);
-        g_q_indices[pos] = q_local;
-      }
+      if (pos >= 0 && pos < edges_cap) g_qsplit[pos] = qsplit::encode(q_local, v & 31);
       if (below == 0) s_slot[s] = v | kLead;
     }
     __syncthreads();
   }
 
   // The tail past the head's last edge.
-  for (std::int64_t i = s_total + tid; i < edges_cap; i += kSmallThreads) {
-    g_q_indices[i] = -1;
-    g_qsplit[i] = qsplit::kUnused;
-  }
+  for (std::int64_t i = s_total + tid; i < edges_cap; i += kSmallThreads) g_qsplit[i] = qsplit::kUnused;
 }
 
 // The finish grid: one CTA per KV head, each writing its head's work items. Dynamic shared

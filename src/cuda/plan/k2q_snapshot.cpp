@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/plan_encoding.h"
 #include "cuda/common/check.h"
 #include "cuda/plan/k2q_device.h"
 
@@ -37,10 +38,12 @@ K2qCsr k2q_device_snapshot(const K2qDeviceGeometry& g, const K2qDeviceBuffers& b
   csr.row_ptr.resize(n(g.h_kv) * n(total_rows + 1));
   MSA_CUDA_CHECK(cudaMemcpy2D(csr.row_ptr.data(), n(total_rows + 1) * kInt, buf.row_ptr, n(g.max_rows + 1) * kInt,
                               n(total_rows + 1) * kInt, n(g.h_kv), cudaMemcpyDeviceToHost));
-  csr.q_indices.resize(n(g.h_kv) * n(g.edges_per_head));
-  csr.qsplit.resize(csr.q_indices.size());
-  copy(csr.q_indices.data(), buf.q_indices, csr.q_indices.size() * kInt);
+  csr.qsplit.resize(n(g.h_kv) * n(g.edges_per_head));
   copy(csr.qsplit.data(), buf.qsplit, csr.qsplit.size() * kInt);
+  // q_indices is the query half of each qsplit word, -1 where the word is unused (the tail).
+  csr.q_indices.resize(csr.qsplit.size());
+  std::transform(csr.qsplit.begin(), csr.qsplit.end(), csr.q_indices.begin(),
+                 [](std::int32_t w) { return w == qsplit::kUnused ? -1 : qsplit::query(w); });
   csr.split_counts.resize(n(g.total_q) * n(g.h_kv));
   copy(csr.split_counts.data(), buf.split_counts, csr.split_counts.size() * kInt);
   csr.work.resize(n(work_count));
