@@ -370,6 +370,8 @@ bool path_fits(const msa::cuda::K2qDeviceGeometry& geo, msa::cuda::K2qPath path)
       return geo.grid_tasks_per_head > 0;
     case K2qPath::kFused:
       return geo.fused_tasks_per_head > 0;
+    case K2qPath::kBitmap:
+      return geo.bitmap_units > 0;
     default:
       return true;
   }
@@ -459,7 +461,8 @@ TEST(K2qDeviceLayout, WorkspaceGrowsAcrossTheItemSizeSwitch) {
 // slots and 12288 (head, row) pairs); then the fused path where it fits (at most 64 requests, 128
 // KV heads, 4096 blocks a request) for problems that are not light, up to 8192 queries; the
 // small path where it fits and was measured faster than the general one (at most 3072 slots and
-// 4 x 6144 pairs); the general path otherwise.
+// 4 x 6144 pairs); the bitmap path where it fits (requests of at most 512 blocks); the general
+// path otherwise.
 TEST(K2qDeviceLayout, PathForTheProblem) {
   using msa::ProblemSize;
   using msa::cuda::K2qPath;
@@ -480,7 +483,8 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {1, 2048, 133120}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 4096, 135168}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {4, 8192, 67584}), K2qPath::kFused);
-  EXPECT_EQ(path(4, 16, {4, 8193, 67584}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {4, 8193, 67584}), K2qPath::kGeneral);  // 528 blocks: the bitmap path does not fit
+  EXPECT_EQ(path(4, 16, {4, 8193, 65536}), K2qPath::kBitmap);   // 512 blocks
   EXPECT_EQ(path(4, 16, {1, 8192, 8192}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {1, 2048, 524288}), K2qPath::kFused);    // 4096 blocks
   EXPECT_EQ(path(4, 16, {1, 2048, 524289}), K2qPath::kGeneral);  // 4097 blocks
@@ -488,15 +492,19 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {64, 256, 4000}), K2qPath::kGrid);    // 64 requests, one level per task
   EXPECT_EQ(path(4, 16, {64, 256, 40000}), K2qPath::kFused);  // 10 levels x 64 requests per task
   EXPECT_EQ(path(4, 16, {64, 320, 4000}), K2qPath::kFused);
-  EXPECT_EQ(path(4, 16, {65, 650, 1000}), K2qPath::kGeneral);    // 65 requests
+  EXPECT_EQ(path(4, 16, {65, 650, 1000}), K2qPath::kBitmap);    // 65 requests
+  EXPECT_EQ(path(4, 16, {65, 650, 65537}), K2qPath::kGeneral);  // 513 blocks
   EXPECT_EQ(path(4, 16, {64, 650, 1000}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {16, 512, 131072}), K2qPath::kFused);
   EXPECT_EQ(path(128, 16, {1, 100, 4000}), K2qPath::kGrid);      // one task per head, 1600 slots
   EXPECT_EQ(path(129, 16, {1, 100, 4000}), K2qPath::kSmall);     // the grid path does not fit
-  EXPECT_EQ(path(129, 16, {1, 193, 4000}), K2qPath::kGeneral);
-  EXPECT_EQ(path(129, 16, {1, 2048, 4000}), K2qPath::kGeneral);  // the fused path does not fit
+  EXPECT_EQ(path(129, 16, {1, 193, 4000}), K2qPath::kBitmap);
+  EXPECT_EQ(path(129, 16, {1, 2048, 4000}), K2qPath::kBitmap);  // the fused path does not fit
   EXPECT_EQ(path(128, 16, {1, 2048, 4000}), K2qPath::kFused);
-  EXPECT_EQ(path(4, 16, {1, 32768, 32768}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {1, 32768, 32768}), K2qPath::kBitmap);
+  EXPECT_EQ(path(32, 16, {1, 16384, 16384}), K2qPath::kBitmap);
+  EXPECT_EQ(path(4, 16, {1, 131072, 131072}), K2qPath::kGeneral);
+  EXPECT_EQ(geo(4, 16, {3, 1000, 4000}).bitmap_units, 32 + 3);  // ceil(1000 / 32) + batch
   EXPECT_EQ(geo(4, 16, {1, 2048, 133120}).fused_tasks_per_head, 32);
   EXPECT_EQ(geo(4, 16, {1, 2048, 133120}).fused_q_per_unit, 64);
   EXPECT_EQ(geo(128, 16, {1, 2048, 4000}).fused_tasks_per_head, 1);
@@ -656,6 +664,8 @@ INSTANTIATE_TEST_SUITE_P(Small, K2qDevice, ::testing::ValuesIn(cases_on(msa::cud
 INSTANTIATE_TEST_SUITE_P(Grid, K2qDevice, ::testing::ValuesIn(cases_on(msa::cuda::K2qPath::kGrid, "grid")), case_name);
 INSTANTIATE_TEST_SUITE_P(Fused, K2qDevice, ::testing::ValuesIn(cases_on(msa::cuda::K2qPath::kFused, "fused")),
                          case_name);
+INSTANTIATE_TEST_SUITE_P(Bitmap, K2qDevice, ::testing::ValuesIn(cases_on(msa::cuda::K2qPath::kBitmap, "bitmap")),
+                         case_name);
 
 // The backend path: SparsePrefill on CUDA plans from CPU tensors (staged to the device) and
 // from device tensors with a host bound, and plan_snapshot() equals the host builder given the
@@ -666,7 +676,7 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
   MSA_SKIP_WITHOUT_GPU();
   std::int64_t union_tiles = 0, block_major_tiles = 0;  // the rule must route both ways here
   int union_only_plans = 0;
-  // (chunk171_on_55k and k5_nonpow2 take the small path, the others the general one.)
+  // (chunk171_on_55k and k5_nonpow2 take the small path, the others the path k2q_device_sizes picks.)
   for (const PlanCase& c : {cases()[2], cases()[7], cases()[9], cases()[11], cases()[16], cases()[5]}) {
     SCOPED_TRACE(c.name);
     const PlanInputs in = make_inputs(c);
@@ -779,16 +789,28 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   add_heads("S32k_G4_random", 16, std::vector<Request>{{32768, 32768}});
   add_heads("S16k_G2_random", 32, std::vector<Request>{{16384, 16384}});
   add_heads("S32k_G2_random", 32, std::vector<Request>{{32768, 32768}});
-  // MSA_PLAN_TIMING_CASE=<name>: that case only (e.g. under a profiler).
+  // Where the fused and bitmap paths meet (h_kv 4).
+  add("S4k_B1_random", std::vector<Request>{{4096, 4096}});
+  add("S6k_B1_random", std::vector<Request>{{6144, 6144}});
+  add("S6k_on_32k", chunk(6144, 26624, 1));
+  // MSA_PLAN_TIMING_CASE=<name>: that case only (e.g. under a profiler); MSA_PLAN_TIMING_PATH=
+  // general|small|grid|fused|bitmap: that path only.
   const char* only = std::getenv("MSA_PLAN_TIMING_CASE");
+  const char* only_path = std::getenv("MSA_PLAN_TIMING_PATH");
   for (const PlanCase& c : timed) {
     if (only != nullptr && c.name != only) continue;
     const PlanInputs in = make_inputs(c);
     using msa::cuda::K2qPath;
-    for (const K2qPath path : {K2qPath::kGeneral, K2qPath::kSmall, K2qPath::kGrid, K2qPath::kFused}) {
+    for (const K2qPath path : {K2qPath::kGeneral, K2qPath::kSmall, K2qPath::kGrid, K2qPath::kFused, K2qPath::kBitmap}) {
       DevicePlan dp(c, in);
       ASSERT_NE(dp.workspace.get(), nullptr);
       if (!path_fits(dp.sizes.geo, path)) continue;
+      const char* path_name = path == K2qPath::kGrid     ? "grid"
+                              : path == K2qPath::kSmall  ? "small"
+                              : path == K2qPath::kFused  ? "fused"
+                              : path == K2qPath::kBitmap ? "bitmap"
+                                                         : "general";
+      if (only_path != nullptr && std::string(only_path) != path_name) continue;
       dp.sizes.geo.path = path;
       // The routing's tiles at h_q 64 (8 queries at G = 16, as SparsePrefill routes them).
       RouteBuffers route(c, in, dp, msa::cuda::tile_union_queries_per_tile(std::max(1, 64 / c.h_kv), c.topk));
@@ -816,11 +838,7 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
       }
       std::sort(ms.begin(), ms.end());
       std::printf("%-18s %-7s total_q %7lld rows<=%7lld edges/head %9lld: median %.1f us (min %.1f)\n", c.name.c_str(),
-                  path == K2qPath::kGrid    ? "grid"
-                  : path == K2qPath::kSmall ? "small"
-                  : path == K2qPath::kFused ? "fused"
-                                            : "general",
-                  static_cast<long long>(in.total_q), static_cast<long long>(dp.sizes.geo.max_rows),
+                  path_name, static_cast<long long>(in.total_q), static_cast<long long>(dp.sizes.geo.max_rows),
                   static_cast<long long>(dp.sizes.geo.edges_per_head), ms[ms.size() / 2] * 1e3, ms[0] * 1e3);
       CUDA_OK(cudaEventDestroy(start));
       CUDA_OK(cudaEventDestroy(stop));

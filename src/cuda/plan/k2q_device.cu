@@ -18,6 +18,7 @@
 #include "cuda/common/cub_temp.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/per_device.h"
+#include "cuda/plan/k2q_bitmap_kernels.cuh"
 #include "cuda/plan/k2q_fused_kernels.cuh"
 #include "cuda/plan/k2q_grid_kernels.cuh"
 #include "cuda/plan/k2q_kernels.cuh"
@@ -50,6 +51,14 @@ std::int64_t next_pow2(std::int64_t v) {
 
 // Entries of the flat (edges, items) scan: one per row and a zero padding row per head.
 std::int64_t scan_items(const K2qDeviceGeometry& g) { return (g.max_rows + 1) * g.h_kv; }
+
+// Words of unit_bits: the bitmap path's [h_kv, bitmap_units, max_blocks] where it fits, a bound
+// that never shrinks as the batch, total_q or max_k_len grow (blocks counted up to the path's
+// limit, so a larger problem that does not fit still holds a smaller one's words).
+std::int64_t bitmap_words(const K2qDeviceGeometry& g) {
+  return std::int64_t{g.h_kv} * (ceil_div(g.total_q, k2q::kBitmapQPerUnit) + g.batch) *
+         std::min<std::int64_t>(g.max_blocks, k2q::kBitmapMaxBlocks);
+}
 
 // The flat scan's input: entry i of [h_kv, stride] row totals, zero for rows past total_rows
 // (the unit prefix writes only existing rows) and for each head's padding row.
@@ -95,6 +104,7 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   p.row_of = out.row_of;
   p.unit_start = out.unit_start;
   p.unit_counts = out.unit_counts;
+  p.unit_bits = out.unit_bits;
   p.row_totals = out.row_totals;
   p.row_scan = out.row_scan;
   p.task_totals = out.task_totals;
@@ -118,6 +128,14 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   if (g.path == K2qPath::kFused) {
     p.q_per_unit = g.fused_q_per_unit;
     p.tasks_per_head = g.fused_tasks_per_head;
+  }
+  if (g.path == K2qPath::kBitmap) {
+    p.q_per_unit = k2q::kBitmapQPerUnit;
+    p.unit_aligned = true;
+    p.max_units = static_cast<int>(g.bitmap_units);
+    // Its units (32-aligned windows of a request) hold whole tiles of any q_per_tile dividing 32,
+    // except the tiles that span requests: it routes the tiles inside its units itself.
+    if (in.route != nullptr && k2q::kBitmapQPerUnit % in.route->q_per_tile == 0) p.fold_tile_out = in.route->union_tile;
   }
   return p;
 }
@@ -227,6 +245,15 @@ bool k2q_fused_fits(K2qDeviceGeometry& g) {
   return true;
 }
 
+bool k2q_bitmap_fits(K2qDeviceGeometry& g) {
+  g.bitmap_units = 0;
+  if (g.max_blocks > k2q::kBitmapMaxBlocks) return false;
+  const std::int64_t units = ceil_div(g.total_q, k2q::kBitmapQPerUnit) + g.batch;
+  if (units < 1 || units > kInt32Max) return false;  // an empty batch (B = 0) takes the general path
+  g.bitmap_units = units;
+  return true;
+}
+
 // The fewest queries of a histogram unit: one warp pass of the count kernels.
 static std::int64_t unit_q_floor(int topk) { return std::max<std::int64_t>(8, 32 / next_pow2(topk)); }
 
@@ -247,8 +274,9 @@ static std::int64_t unit_counts_words(const K2qDeviceGeometry& g) {
   const std::int64_t by_budget =
       std::max<std::int64_t>(kUnitCountsBudget / std::int64_t{sizeof(std::int32_t)},
                              std::int64_t{g.h_kv} * (g.total_q * g.topk + (g.batch + 1) * g.max_blocks));
-  const std::int64_t bound = std::min(by_budget, words(q_low));
-  MSA_ASSERT(chosen <= bound);
+  // The bitmap path's units (32 queries) where it fits: their words are unit_bits'.
+  const std::int64_t bound = std::max(std::min(by_budget, words(q_low)), bitmap_words(g));
+  MSA_ASSERT(chosen <= bound && g.h_kv * g.bitmap_units * g.max_blocks <= bound);
   return bound;
 }
 
@@ -323,9 +351,12 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
   const bool small_light = small_chosen && slots <= k2q::kGridSmallSlots && pairs <= k2q::kGridSmallPairs;
   const bool grid_chosen = grid_fits && g.total_q <= k2q::kGridChosenQueries && !small_light;
   const bool fused_chosen = fused_fits && !grid_chosen && !small_light && g.total_q <= k2q::kFusedChosenQueries;
+  // The bitmap path where it fits, in place of the general path.
+  const bool bitmap_fits = k2q_bitmap_fits(g);
   g.path = grid_chosen    ? K2qPath::kGrid
            : fused_chosen ? K2qPath::kFused
            : small_chosen ? K2qPath::kSmall
+           : bitmap_fits  ? K2qPath::kBitmap
                           : K2qPath::kGeneral;
 
   Arena sizing;
@@ -348,6 +379,7 @@ K2qDeviceBuffers k2q_device_layout(const K2qDeviceGeometry& g, Arena& arena) {
   b.row_of = arena.take<std::int32_t>(n(g.batch * g.max_blocks));
   b.unit_start = arena.take<std::int32_t>(n(g.batch + 1));
   b.unit_counts = arena.take<std::int32_t>(n(unit_counts_words(g)));
+  b.unit_bits = arena.take<std::uint32_t>(n(bitmap_words(g)));
   b.row_totals = arena.take<K2qRowTotal>(n(scan_items(g)));
   b.row_scan = arena.take<K2qRowTotal>(n(scan_items(g)));
   b.task_totals = arena.take<K2qRowTotal>(n(k2q::kGridMaxTasks));
@@ -418,35 +450,57 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
   // a 128k prefix (docs/performance.md, step 36).
 
   // The routing's flags (its list is compacted in the finalize launch) beside the row map.
+  // The bitmap path routing its own tiles leaves the row map launch the tiles that span
+  // requests (none in a batch of one), a lane each to find them.
   TileRouteParams route{};
   int route_ctas = 0;
   std::size_t map_smem = sizeof(MapTemp);
+  const int spanning_only = p.fold_tile_out != nullptr ? 1 : 0;
   if (in.route != nullptr) {
     route = *in.route;
     route_ctas = tile_route_ctas(route);
+    if (spanning_only != 0)
+      route_ctas = route.batch <= 1
+                       ? 0
+                       : static_cast<int>(std::min<std::int64_t>(
+                             route_ctas, ceil_div(tile_route_tiles(route.h_kv, route.total_q, route.q_per_tile),
+                                                  std::int64_t{kRouteWarps} * 32)));
     if (route_ctas > 0) map_smem = std::max(map_smem, tile_route_smem_bytes(route));
   }
   const auto map_ctas = static_cast<unsigned>(route_ctas + g.max_blocks + 1);
   switch (route_ctas > 0 ? route_lane_entries(route.q_per_tile * route.topk) : 4) {
     case 4:
-      k2q_route_map_kernel<4><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas);
+      k2q_route_map_kernel<4><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas, spanning_only);
       break;
     case 8:
-      k2q_route_map_kernel<8><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas);
+      k2q_route_map_kernel<8><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas, spanning_only);
       break;
     default:
-      k2q_route_map_kernel<16><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas);
+      k2q_route_map_kernel<16><<<map_ctas, kMapThreads, map_smem, stream>>>(p, route, route_ctas, spanning_only);
   }
 
-  grant_smem(false, g.unit_smem_bytes);
+  // The count: per-unit histograms, or the bitmap path's words.
+  const bool bitmap = g.path == K2qPath::kBitmap;
   const dim3 unit_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.max_units, g.unit_warps))),
                        static_cast<unsigned>(g.h_kv));
   const unsigned unit_threads = static_cast<unsigned>(g.unit_warps * 32);
-  k2q_count_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
+  const dim3 bitmap_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.bitmap_units, kBitmapWarps))),
+                         static_cast<unsigned>(g.h_kv));
+  if (bitmap) {
+    MSA_ASSERT(g.bitmap_units > 0 && g.max_blocks <= kBitmapMaxBlocks);
+    const std::size_t bits_smem = static_cast<std::size_t>(kBitmapWarps) * g.max_blocks * sizeof(std::uint32_t);
+    k2q_bits_kernel<<<bitmap_grid, kBitmapWarps * 32, bits_smem, stream>>>(p);
+  } else {
+    grant_smem(false, g.unit_smem_bytes);
+    k2q_count_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
+  }
 
   const dim3 prefix_grid(static_cast<unsigned>(std::max<std::int64_t>(1, g.batch * p.level_tiles)),
                          static_cast<unsigned>(g.h_kv));
-  k2q_unit_prefix_kernel<<<prefix_grid, kPrefixWarps * 32, 0, stream>>>(p);
+  if (bitmap)
+    k2q_unit_prefix_kernel<true><<<prefix_grid, kPrefixWarps * 32, 0, stream>>>(p);
+  else
+    k2q_unit_prefix_kernel<false><<<prefix_grid, kPrefixWarps * 32, 0, stream>>>(p);
 
   // The flat scan reads rows past total_rows (which the unit prefix leaves unwritten) as zeros.
   const auto scan_in = thrust::make_transform_iterator(thrust::counting_iterator<std::int64_t>(0),
@@ -460,12 +514,19 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
 
   const auto finalize_ctas = static_cast<unsigned>(finalize_row_ctas(p) + finalize_item_ctas(p));
   k2q_finalize_kernel<<<finalize_ctas, kFinalizeThreads, 0, stream>>>(p);
-  k2q_scatter_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
+  if (bitmap) {
+    // A first column of CTAs, of which CTA (0, 0) lists the routed tiles (whose flags are all
+    // written by now) while the others walk: the list costs the plan nothing beside the walk.
+    const int list_ctas = p.union_list != nullptr ? 1 : 0;
+    const dim3 walk_grid(bitmap_grid.x + list_ctas, bitmap_grid.y);
+    k2q_walk_kernel<<<walk_grid, kBitmapWarps * 32, 0, stream>>>(p, list_ctas);
+  } else
+    k2q_scatter_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
 
   const int tail_ctas =
-      static_cast<int>(std::clamp<std::int64_t>(ceil_div(g.edges_per_head, kTailThreads), 1, kTailMaxCtasPerHead));
-  const auto finish_ctas = static_cast<unsigned>(finish_list_ctas(p) + static_cast<std::int64_t>(tail_ctas) * g.h_kv);
-  k2q_finish_kernel<<<finish_ctas, kTailThreads, 0, stream>>>(p, tail_ctas);
+      static_cast<int>(std::clamp<std::int64_t>(ceil_div(g.edges_per_head * g.h_kv, kTailThreads), 1, kTailMaxCtas));
+  const int list_ctas = p.union_list != nullptr && !bitmap ? 1 : 0;
+  k2q_finish_kernel<<<static_cast<unsigned>(list_ctas + tail_ctas), kTailThreads, 0, stream>>>(p, list_ctas, tail_ctas);
   MSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -11,8 +11,9 @@
 // buffers from an Arena, once on a sizing arena (the byte count) and once on the workspace.
 //
 // Files: k2q_device.cu (geometry, layout, launch), k2q_kernels.cuh (the general path's
-// kernels), k2q_small_kernels.cuh (the small path's), k2q_grid_kernels.cuh (the grid path's),
-// k2q_fused_kernels.cuh (the fused path's), k2q_params.h (what the kernels read),
+// kernels), k2q_bitmap_kernels.cuh (the bitmap path's own), k2q_small_kernels.cuh (the small
+// path's), k2q_grid_kernels.cuh (the grid path's), k2q_fused_kernels.cuh (the fused path's),
+// k2q_params.h (what the kernels read),
 // k2q_snapshot.cpp (the host copy).
 #pragma once
 
@@ -27,8 +28,8 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace msa::cuda {
 
-// The device planner's four ways to build the same plan (K2qDeviceGeometry::path).
-enum class K2qPath { kGeneral, kSmall, kGrid, kFused };
+// The device planner's five ways to build the same plan (K2qDeviceGeometry::path).
+enum class K2qPath { kGeneral, kSmall, kGrid, kFused, kBitmap };
 
 // Host-known geometry of one device plan. All counts are elements.
 struct K2qDeviceGeometry {
@@ -57,12 +58,16 @@ struct K2qDeviceGeometry {
   //   where it fits (k2q_grid_fits) and was measured faster;
   // - kSmall (k2q_small_kernels.cuh): two launches of one CTA per KV head (build, finish), where
   //   it fits (k2q_small_fits) and was measured faster than the general path;
+  // - kBitmap (k2q_bitmap_kernels.cuh): the general path's stages on 32-query units counted and
+  //   placed as bit words, where it fits (k2q_bitmap_fits) and was measured faster;
   // - kGeneral (k2q_kernels.cuh): eight kernels, any size.
   K2qPath path = K2qPath::kGeneral;
   std::size_t small_smem_bytes = 0;  // dynamic shared memory of the small path's head CTA
   int grid_tasks_per_head = 0;       // grid path: level ranges per KV head (0: does not fit)
   int fused_tasks_per_head = 0;      // fused path: row ranges per KV head (0: does not fit)
   int fused_q_per_unit = 0;          // fused path: queries per unit task (max_units covers its units)
+  std::int64_t bitmap_units = 0;     // bitmap path: units of 32 queries, ceil(total_q / 32) + batch
+                                     // (0: does not fit)
 };
 
 // Whether the small path can plan this geometry: 1..64 requests, at most 1024 queries, 16384
@@ -80,6 +85,10 @@ bool k2q_grid_fits(K2qDeviceGeometry& geo);
 // most 4096 blocks (k2q_params.h, kFused*). Sets fused_tasks_per_head and fused_q_per_unit. It
 // runs on as many CTAs as the device holds at once (any number is correct).
 bool k2q_fused_fits(K2qDeviceGeometry& geo);
+
+// Whether the bitmap path can plan this geometry: at least one request, each of at most
+// k2q::kBitmapMaxBlocks blocks (k2q_params.h). Sets bitmap_units.
+bool k2q_bitmap_fits(K2qDeviceGeometry& geo);
 
 // Dynamic shared memory the count/scatter kernels get without an opt-in attribute; plans above
 // it raise the attribute (see build_k2q_device).
@@ -122,6 +131,9 @@ struct K2qDeviceBuffers {
   std::int32_t* unit_start;   // [batch + 1] first unit of request b; [batch] = unit count
   std::int32_t* unit_counts;  // [h_kv, max_units, max_blocks] per-unit edge counts per block,
                               // then their exclusive prefix along the units of the request
+                              // (the bitmap path: [h_kv, bitmap_units, max_blocks], the prefix)
+  std::uint32_t* unit_bits;   // [h_kv, bitmap_units, max_blocks] bitmap path: bit i of a word =
+                              // query i of the unit selects the block (bound: bitmap_words)
   K2qRowTotal* row_totals;    // [h_kv, max_rows + 1] (edges, work items) per row
   K2qRowTotal* row_scan;      // [h_kv, max_rows + 1] exclusive scan of row_totals (flat)
   K2qRowTotal* task_totals;   // [k2q::kGridMaxTasks] grid path: (edges, work items) per task

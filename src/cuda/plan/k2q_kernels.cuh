@@ -1,5 +1,6 @@
-// The device k2q planner's kernels, in launch order (build_k2q_device, k2q_device.cu, the one
-// file that includes this):
+// The device k2q planner's general path, whose row map, unit prefix, finalize and finish the
+// bitmap path (k2q_bitmap_kernels.cuh, which includes this) shares. Its kernels, in launch order
+// (build_k2q_device, k2q_device.cu):
 //
 //   1. row map     one CTA per level l: rows of level l start at sum_b min(rows_b, l) and are
 //                  numbered request-minor by a block scan of (rows_b > l); one extra CTA scans
@@ -98,6 +99,14 @@ struct MapTemp {
   int level_start;
 };
 
+// Units of a request's queries: chunks of q_per_unit from its first query, or (unit_aligned) its
+// parts in q_per_unit-aligned windows of the packed queries, of which it adds at most one more.
+__device__ __forceinline__ int unit_count(const BuildParams& p, QueryRange r) {
+  if (r.end <= r.begin) return 0;
+  if (p.unit_aligned) return (r.end - 1) / p.q_per_unit - r.begin / p.q_per_unit + 1;
+  return (r.end - r.begin + p.q_per_unit - 1) / p.q_per_unit;
+}
+
 // One CTA of the row map: level < max_blocks numbers its rows, level == max_blocks writes
 // unit_start and total_rows.
 __device__ __forceinline__ void row_map_cta(const BuildParams& p, int level, MapTemp& tmp) {
@@ -113,7 +122,7 @@ __device__ __forceinline__ void row_map_cta(const BuildParams& p, int level, Map
       int units = 0;
       if (b < p.batch) {
         const QueryRange r = request_queries(p, b);
-        units = (r.end - r.begin + p.q_per_unit - 1) / p.q_per_unit;
+        units = unit_count(p, r);
         rows_part += request_blocks(p, b);
       }
       int ex = 0, agg = 0;
@@ -161,15 +170,20 @@ __device__ __forceinline__ void row_map_cta(const BuildParams& p, int level, Map
 // of a tile's ids (route_lane_entries: 4, 8 or 16), which registers hold: the smaller two fit 4
 // CTAs per SM (64 registers); the largest took 76 alone and keeps 3 rather than spill.
 static_assert(kMapThreads == kRouteWarps * 32, "routing and row map CTAs share the launch's block size");
+// spanning_only (the bitmap path routing the other tiles itself): only tiles that span requests.
 template <int kLaneEntries>
 __global__ void __launch_bounds__(kMapThreads, kLaneEntries <= 8 ? 4 : 3)
-    k2q_route_map_kernel(const BuildParams p, const TileRouteParams route, int route_ctas) {
+    k2q_route_map_kernel(const BuildParams p, const TileRouteParams route, int route_ctas, int spanning_only) {
   extern __shared__ __align__(16) unsigned char s_dyn[];
   if (static_cast<int>(blockIdx.x) >= route_ctas) {  // CTA-uniform
     row_map_cta(p, static_cast<int>(blockIdx.x) - route_ctas, *reinterpret_cast<MapTemp*>(s_dyn));
     return;
   }
-  route_cta<kLaneEntries>(route, static_cast<int>(blockIdx.x), route_ctas, reinterpret_cast<std::int32_t*>(s_dyn));
+  if (spanning_only != 0)
+    route_spanning_cta<kLaneEntries>(route, static_cast<int>(blockIdx.x), route_ctas,
+                                     reinterpret_cast<std::int32_t*>(s_dyn));
+  else
+    route_cta<kLaneEntries>(route, static_cast<int>(blockIdx.x), route_ctas, reinterpret_cast<std::int32_t*>(s_dyn));
 }
 
 // ---- shared by the count and scatter warps --------------------------------------------------
@@ -189,8 +203,14 @@ __device__ __forceinline__ Unit locate_unit(const BuildParams& p, int u) {
   Unit unit;
   unit.b = lo;
   unit.q_request = r.begin;
-  unit.q_begin = r.begin + (u - p.unit_start[lo]) * p.q_per_unit;
-  unit.q_end = min(unit.q_begin + p.q_per_unit, r.end);
+  if (p.unit_aligned) {
+    const int window = (r.begin / p.q_per_unit + (u - p.unit_start[lo])) * p.q_per_unit;
+    unit.q_begin = max(window, r.begin);
+    unit.q_end = min(window + p.q_per_unit, r.end);
+  } else {
+    unit.q_begin = r.begin + (u - p.unit_start[lo]) * p.q_per_unit;
+    unit.q_end = min(unit.q_begin + p.q_per_unit, r.end);
+  }
   unit.blocks = request_blocks(p, lo);
   return unit;
 }
@@ -395,6 +415,9 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32, 4) k2q_count_kernel(const 
 
 // ---- stage 3: per-row unit prefix and totals --------------------------------------------------
 
+// kFromBits (the bitmap path, k2q_bitmap_kernels.cuh): a unit's count on a block is the set bits
+// of its word in unit_bits, and the prefix goes to unit_counts.
+template <bool kFromBits>
 __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(const BuildParams p) {
   __shared__ int s_chunk_sum[kPrefixWarps][32];
   const int warp = threadIdx.x >> 5;
@@ -413,8 +436,16 @@ __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(cons
   const int chunk = (units + kPrefixWarps - 1) / kPrefixWarps;
   const int my_begin = u_begin + min(warp * chunk, units);
   const int my_end = u_begin + min((warp + 1) * chunk, units);
-  std::int32_t* g_col = p.unit_counts + static_cast<std::int64_t>(h) * p.max_units * p.max_blocks + level;
+  const std::int64_t col = static_cast<std::int64_t>(h) * p.max_units * p.max_blocks + level;
+  std::int32_t* g_col = p.unit_counts + col;
+  const std::uint32_t* g_bits = p.unit_bits + col;  // kFromBits only
   const std::int64_t stride = p.max_blocks;
+  const auto count = [&](int unit) {
+    if constexpr (kFromBits)
+      return __popc(g_bits[unit * stride]);
+    else
+      return g_col[unit * stride];
+  };
 
   // Pass 1: the chunk's sum per level.
   int sum = 0;
@@ -422,7 +453,7 @@ __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(cons
     for (int u0 = my_begin; u0 < my_end; u0 += kPrefixBatch) {
       int v[kPrefixBatch];
 #pragma unroll
-      for (int k = 0; k < kPrefixBatch; ++k) v[k] = u0 + k < my_end ? g_col[(u0 + k) * stride] : 0;
+      for (int k = 0; k < kPrefixBatch; ++k) v[k] = u0 + k < my_end ? count(u0 + k) : 0;
 #pragma unroll
       for (int k = 0; k < kPrefixBatch; ++k) sum += v[k];
     }
@@ -440,7 +471,7 @@ __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(cons
     for (int u0 = my_begin; u0 < my_end; u0 += kPrefixBatch) {
       int v[kPrefixBatch];
 #pragma unroll
-      for (int k = 0; k < kPrefixBatch; ++k) v[k] = u0 + k < my_end ? g_col[(u0 + k) * stride] : 0;
+      for (int k = 0; k < kPrefixBatch; ++k) v[k] = u0 + k < my_end ? count(u0 + k) : 0;
 #pragma unroll
       for (int k = 0; k < kPrefixBatch; ++k) {
         if (u0 + k < my_end) g_col[(u0 + k) * stride] = run;
@@ -538,28 +569,37 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32) k2q_scatter_kernel(const B
 
 // ---- stage 5: the qsplit tail; the routed tiles' list ----------------------------------------
 
-// CTAs: finish_list_ctas(p) listing the routed tiles (compact_route_list; nothing in the plan
+// CTAs: list_ctas (0 or 1) listing the routed tiles (compact_route_list; nothing in the plan
 // reads the list, so it runs beside the tail rather than as the finalize launch's longest CTA,
-// step 44), then tail_ctas per KV head, head-major.
-__host__ __device__ inline int finish_list_ctas(const BuildParams& p) { return p.union_list != nullptr ? 1 : 0; }
+// step 44; the bitmap path lists them beside its walk instead), then tail_ctas sharing every
+// head's tail.
 
-__global__ void __launch_bounds__(kTailThreads) k2q_finish_kernel(const BuildParams p, int tail_ctas) {
+__global__ void __launch_bounds__(kTailThreads) k2q_finish_kernel(const BuildParams p, int list_ctas, int tail_ctas) {
   __shared__ typename cub::BlockScan<int, kTailThreads>::TempStorage list_scan;
+  __shared__ int s_used[kTailThreads];  // edges of each head of the current group
   int cta = static_cast<int>(blockIdx.x);
-  if (cta < finish_list_ctas(p)) {  // CTA-uniform
+  if (cta < list_ctas) {  // CTA-uniform
     compact_route_list<kTailThreads, kRouteListItems>(p.union_tile, p.route_per_head, p.h_kv, p.union_list,
                                                       p.union_count, p.combine_list, p.combine_count, list_scan);
     return;
   }
-  cta -= finish_list_ctas(p);
-  const int h = cta / tail_ctas;
-  const int x = cta - h * tail_ctas;
+  // Every tail CTA strides over every head's tail (tails are data dependent: a few words of most
+  // heads, or whole heads where every tile is routed), the heads' edge counts loaded kTailThreads
+  // at a time.
+  const int x = cta - list_ctas;
   const std::int64_t stride = static_cast<std::int64_t>(p.max_rows) + 1;
-  const int used = min(max(p.row_ptr[h * stride + p.max_rows], 0), p.edges_per_head);
-  std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
-  for (std::int64_t i = used + static_cast<std::int64_t>(x) * kTailThreads + threadIdx.x; i < p.edges_per_head;
-       i += static_cast<std::int64_t>(tail_ctas) * kTailThreads)
-    g_qsplit[i] = qsplit::kUnused;
+  for (int h0 = 0; h0 < p.h_kv; h0 += kTailThreads) {
+    const int hh = h0 + static_cast<int>(threadIdx.x);
+    if (hh < p.h_kv) s_used[threadIdx.x] = min(max(p.row_ptr[hh * stride + p.max_rows], 0), p.edges_per_head);
+    __syncthreads();
+    for (int h = h0; h < min(h0 + kTailThreads, p.h_kv); ++h) {
+      std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
+      for (std::int64_t i = s_used[h - h0] + static_cast<std::int64_t>(x) * kTailThreads + threadIdx.x;
+           i < p.edges_per_head; i += static_cast<std::int64_t>(tail_ctas) * kTailThreads)
+        g_qsplit[i] = qsplit::kUnused;
+    }
+    __syncthreads();  // s_used is reloaded
+  }
 }
 
 }  // namespace msa::cuda::k2q

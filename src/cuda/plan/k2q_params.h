@@ -18,7 +18,7 @@ inline constexpr int kPassBatch = 4;          // top-k passes loaded ahead of th
 inline constexpr int kFinalizeThreads = 256;  // row_ptr and work items: one thread per entry
 inline constexpr int kRouteListItems = 32;    // the finish launch's list CTA: ranks per thread and round
 inline constexpr int kTailThreads = 256;      // finish pass
-inline constexpr int kTailMaxCtasPerHead = 1024;
+inline constexpr int kTailMaxCtas = 1024;     // finish pass: CTAs sharing all heads' tails
 inline constexpr int kMaxUnitWarps = 8;    // count/scatter CTA
 inline constexpr int kLevelsPerTile = 32;  // unit prefix: one lane per level
 // The small path (k2q_small_kernels.cuh): one CTA per KV head holds every top-k slot of its
@@ -114,6 +114,14 @@ inline constexpr int kFusedChosenQueries = 8192;
 static_assert(kFusedMaxBatch <= 64, "the unit scan holds two requests per lane");
 static_assert(kFusedMaxBlocks < (1 << 20), "a row's block fits 20 bits of its coordinate word");
 
+// The bitmap path (k2q_bitmap_kernels.cuh): the general path's stages on units of 32 queries,
+// one bit each, so that a unit's edges on a block are one word. Its unit_bits hold a word per
+// (KV head, unit, block), which is no more than the unit's top-k entries at K = 16 for requests
+// of up to kBitmapMaxBlocks blocks (64k tokens), where it fits.
+inline constexpr int kBitmapQPerUnit = 32;
+inline constexpr int kBitmapWarps = 8;  // bits / walk CTA: one unit per warp
+inline constexpr int kBitmapMaxBlocks = 512;
+
 // A grid task's dynamic shared memory (it shares the bytes with the routing warps' tables).
 struct GridTaskSmem {
   unsigned long long level_requests[kGridTaskRows];  // level l0 + i: bit b = request b has a block there
@@ -141,6 +149,10 @@ struct BuildParams {
   // Routing computed by the small path itself (k2q_small_kernels.cuh; null union_tile: not
   // asked). Then union_tile above is null and route_tile_out gets the flags.
   std::uint8_t* route_tile_out;  // [h_kv, route_per_head]
+  // The bitmap path routing the tiles that lie inside one of its units itself (in its bits
+  // kernel, from the unit's words), where the planner routes and route_q_per_tile divides 32;
+  // the row map launch then routes only the tiles that span requests (null: not asked).
+  std::uint8_t* fold_tile_out;  // [h_kv, route_per_head], the array union_tile reads
   // When the planner routed (either path; null otherwise): the flagged tiles in rank order
   // (tile_of_rank; compact_route_list, tile_route.cuh). The general path compacts union_tile
   // (which its route/map launch wrote) in its finish launch.
@@ -161,6 +173,7 @@ struct BuildParams {
   std::int32_t* row_of;       // [batch, max_blocks]
   std::int32_t* unit_start;   // [batch + 1]
   std::int32_t* unit_counts;  // [h_kv, max_units, max_blocks]
+  std::uint32_t* unit_bits;   // [h_kv, max_units, max_blocks] bitmap path: bit i = query i of the unit
   K2qRowTotal* row_totals;    // [h_kv, max_rows + 1] edges << 32 | items per row
   K2qRowTotal* row_scan;      // [h_kv, max_rows + 1] flat exclusive scan of row_totals
   K2qRowTotal* task_totals;   // [kGridMaxTasks] grid path: (edges, work items) of each task
@@ -173,6 +186,7 @@ struct BuildParams {
   int log_topk_pow2;
   int q_per_item;
   int q_per_unit;
+  bool unit_aligned;  // bitmap path: a unit is the queries of a request in one 32-aligned window
   int max_blocks;
   int max_rows;
   int max_units;

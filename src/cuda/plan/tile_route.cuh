@@ -198,6 +198,38 @@ __device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int
     route_tile<kLaneEntries>(p, tile, per_head, lane, s_key, s_key + entries);
 }
 
+// Whether `tile` (< h_kv * per_head) spans requests: its first and last queries lie in different
+// ones (request_of_query).
+__device__ __forceinline__ bool tile_spans_requests(const TileRouteParams& p, std::int64_t tile,
+                                                    std::int64_t per_head) {
+  const std::int64_t q0 = tile % per_head * p.q_per_tile;
+  const std::int64_t q1 = min(q0 + p.q_per_tile, p.total_q) - 1;
+  return request_of_query(p.cu_seqlens_q, p.batch, q0, 0) != request_of_query(p.cu_seqlens_q, p.batch, q1, 0);
+}
+
+// route_cta for the tiles that span requests only (the k2q planner's bitmap path routes the
+// others in its bits kernel, k2q_bitmap_kernels.cuh): each warp checks 32 tiles at a time, a
+// lane each, and routes those that span.
+template <int kLaneEntries>
+__device__ __forceinline__ void route_spanning_cta(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int entries = p.q_per_tile * p.topk;
+  std::int32_t* s_key = s_route + warp * route_warp_ints(entries);
+  const std::int64_t per_head = tiles_per_head(p.total_q, p.q_per_tile);
+  const std::int64_t tiles = per_head * p.h_kv;
+  if (p.batch <= 1) return;  // one request: no tile spans two
+  for (std::int64_t base = (std::int64_t(cta) * kRouteWarps + warp) * 32; base < tiles;
+       base += std::int64_t(ctas) * kRouteWarps * 32) {
+    const std::int64_t mine = base + lane;
+    unsigned spanning = __ballot_sync(0xffffffffu, mine < tiles && tile_spans_requests(p, mine, per_head));
+    while (spanning != 0u) {  // warp-uniform
+      const int i = __ffs(spanning) - 1;
+      spanning &= spanning - 1u;
+      route_tile<kLaneEntries>(p, base + i, per_head, lane, s_key, s_key + entries);
+    }
+  }
+}
+
 // CTA-collective (all kThreads threads): the flagged tiles of `flags` [h_kv * per_head] in rank
 // order (tile_of_rank) into list, their number into *count, and, when rest is set, the others in
 // rank order into rest, their number into *rest_count (the rows the combine merges). kItems

@@ -1,0 +1,185 @@
+// The bitmap path's kernels (K2qPath::kBitmap; launched by build_k2q_device, k2q_device.cu, the
+// one file that includes this). The general path's launch sequence with its two per-entry passes
+// replaced by bit sets: a unit is a request's queries in one 32-aligned window of the packed
+// queries (kBitmapQPerUnit), one bit each, so a unit's edges on one block are one 32-bit word,
+// and both the counting and the placing work on words rather than on top-k entries.
+//
+//   1. row map     the general path's (k2q_kernels.cuh), with the aligned units (unit_aligned);
+//                  under PrefillPath::kAuto, when the tile size divides 32, its routing CTAs
+//                  route only the tiles that span requests (route_spanning_cta): every other
+//                  tile lies inside one unit, whose bits kernel routes it.
+//   2. bits        one warp per (unit, KV head): every top-k id of the unit's queries sets its
+//                  query's bit in a shared-memory word per block (duplicates fall away; the
+//                  queries of tiles routed in step 1 load nothing); then the unit routes its own
+//                  tiles by the rule from the words (fold_tile_out: a tile's union is the blocks
+//                  with a bit of its queries, its edges those bits) and clears the routed tiles'
+//                  bits; the words go to unit_bits [h_kv, units, max_blocks] in one coalesced row.
+//   3. unit prefix the general path's, counting each word's bits (k2q_unit_prefix_kernel<true>):
+//                  unit_counts gets each (unit, block)'s first place in its row.
+//      flat scan, finalize: the general path's.
+//   4. walk        one warp per (unit, KV head), lane = query: the unit's blocks in ascending
+//                  order, 32 words a load; for each non-empty word the lanes whose bit is set
+//                  write their qsplit word at the row's place + the word's bits below the lane
+//                  (so every row is q-ascending, as the host writes it), and the slot is the
+//                  lane's count of set bits at lower blocks (its kept ids below this one). The
+//                  lane's final count is its query's split count. A CTA of its own lists the
+//                  routed tiles beside the walk (their flags are all written by then).
+//   5. finish      the general path's qsplit tail.
+//
+// Where it fits (k2q_bitmap_fits: requests of at most kBitmapMaxBlocks blocks) the words of a
+// unit are no more than its top-k entries at K = 16, and the general path's count and scatter,
+// which analyse every entry twice (a warp match, segment shuffles, a scattered 4-byte store per
+// entry), become a load and a shared-memory OR per entry and a store per (word, set bit) with
+// the word's bits in neighbouring places.
+#pragma once
+
+#include <cstdint>
+
+#include "core/plan_encoding.h"
+#include "cuda/plan/k2q_kernels.cuh"
+#include "cuda/plan/k2q_params.h"
+
+namespace msa::cuda::k2q {
+
+// Top-k passes loaded together in the bits kernel (a unit's K' passes, up to 32).
+inline constexpr int kBitmapPassBatch = 8;
+
+// ---- stage 2: per-unit bit words ------------------------------------------------------------
+
+__global__ void __launch_bounds__(kBitmapWarps * 32) k2q_bits_kernel(const BuildParams p) {
+  extern __shared__ std::uint32_t s_words[];  // [kBitmapWarps, max_blocks]
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int h = blockIdx.y;
+  const int u = blockIdx.x * kBitmapWarps + warp;
+  if (u >= p.unit_start[p.batch]) return;  // warp-uniform; no CTA barrier below
+  const Unit unit = locate_unit(p, u);     // q_per_unit = 32: at most one bit per lane
+  std::uint32_t* s_bits = s_words + static_cast<std::int64_t>(warp) * p.max_blocks;
+  for (int l = lane; l < unit.blocks; l += 32) s_bits[l] = 0u;
+  const int n_q = unit.q_end - unit.q_begin;  // 1..32
+  // Tiles inside this unit, [t_first, t_end), when it routes them itself (fold_tile_out): the
+  // ones that start at or after q_begin and end by q_end (the last tile ends at total_q).
+  const bool fold = p.fold_tile_out != nullptr;  // kernel-uniform
+  const int qpt = p.route_q_per_tile;
+  const int t_first = fold ? (unit.q_begin + qpt - 1) / qpt : 0;
+  const int t_end = !fold ? 0 : unit.q_end == p.total_q ? (unit.q_end + qpt - 1) / qpt : unit.q_end / qpt;
+  // The other routed queries (their tiles go to the tile-union kernel) set no bit.
+  const int q_lane = unit.q_begin + lane;
+  const bool own_tile = q_lane / qpt >= t_first && q_lane / qpt < t_end;
+  const unsigned routed = __ballot_sync(kFullMask, lane < n_q && !own_tile && routed_row(p, h, q_lane));
+  __syncwarp();
+
+  // Pass k holds queries k * (32 / K') .. of the unit, K' lanes each (lane s of a segment: slot s).
+  const std::int32_t* g_topk_head = p.topk_ids + h * p.stride_topk_head;
+  const int seg = lane >> p.log_topk_pow2;
+  const int s = lane & (p.topk_pow2 - 1);
+  const int q_per_pass = 32 >> p.log_topk_pow2;
+  const int passes = (n_q + q_per_pass - 1) / q_per_pass;
+  for (int k0 = 0; k0 < passes; k0 += kBitmapPassBatch) {
+    int ids[kBitmapPassBatch];
+#pragma unroll
+    for (int k = 0; k < kBitmapPassBatch; ++k) {
+      const int q_l = (k0 + k) * q_per_pass + seg;
+      const bool load = q_l < n_q && s < p.topk && ((routed >> q_l) & 1u) == 0u;
+      ids[k] = load ? __ldg(g_topk_head + static_cast<std::int64_t>(unit.q_begin + q_l) * p.stride_topk_token + s) : -1;
+    }
+#pragma unroll
+    for (int k = 0; k < kBitmapPassBatch; ++k) {
+      const int q_l = (k0 + k) * q_per_pass + seg;
+      if (ids[k] >= 0 && ids[k] < unit.blocks) atomicOr(&s_bits[ids[k]], 1u << q_l);
+    }
+  }
+  __syncwarp();  // shared-memory atomics visible to every lane
+
+  // The unit's own tiles routed by the rule (route_tile's counts, from the words): the tile's
+  // union is its blocks with a bit of the tile's queries, its edges those bits. A routed tile's
+  // bits are cleared.
+  std::uint32_t cleared = 0u;
+  for (int t = t_first; t < t_end; ++t) {  // warp-uniform
+    const int lo = t * qpt - unit.q_begin;
+    const int hi = min(t * qpt + qpt, p.total_q) - unit.q_begin;  // <= n_q
+    const std::uint32_t mask = (hi - lo == 32 ? kFullMask : ((1u << (hi - lo)) - 1u)) << lo;
+    unsigned unions = 0, edges = 0;
+    for (int l = lane; l < unit.blocks; l += 32) {
+      const std::uint32_t w = s_bits[l] & mask;
+      unions += w != 0u ? 1u : 0u;
+      edges += __popc(w);
+    }
+    unions = __reduce_add_sync(kFullMask, unions);
+    edges = __reduce_add_sync(kFullMask, edges);
+    const bool wins = union_path_wins(unions, edges, p.route_group);
+    if (lane == 0) p.fold_tile_out[static_cast<std::int64_t>(h) * p.route_per_head + t] = wins ? 1 : 0;
+    if (wins) cleared |= mask;
+  }
+
+  std::uint32_t* g_bits = p.unit_bits + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
+  for (int l = lane; l < unit.blocks; l += 32) g_bits[l] = s_bits[l] & ~cleared;
+}
+
+// ---- stage 4: the walk ----------------------------------------------------------------------
+
+// list_ctas (0 or 1): a first column of CTAs, whose CTA (0, 0) lists the routed tiles
+// (compact_route_list) beside the walk, and the others return.
+__global__ void __launch_bounds__(kBitmapWarps * 32) k2q_walk_kernel(const BuildParams p, int list_ctas) {
+  __shared__ typename cub::BlockScan<int, kBitmapWarps * 32>::TempStorage list_scan;
+  if (static_cast<int>(blockIdx.x) < list_ctas) {  // CTA-uniform
+    if (blockIdx.y == 0)
+      compact_route_list<kBitmapWarps * 32, kRouteListItems>(p.union_tile, p.route_per_head, p.h_kv, p.union_list,
+                                                             p.union_count, p.combine_list, p.combine_count, list_scan);
+    return;
+  }
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int h = blockIdx.y;
+  const int u = (static_cast<int>(blockIdx.x) - list_ctas) * kBitmapWarps + warp;
+  if (u >= p.unit_start[p.batch]) return;
+  const Unit unit = locate_unit(p, u);
+  const std::int64_t unit_off = (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
+  const std::uint32_t* g_bits = p.unit_bits + unit_off;
+  const std::int32_t* g_first = p.unit_counts + unit_off;  // the unit prefix: first place in the row
+  const std::int32_t* g_row_of = p.row_of + static_cast<std::int64_t>(unit.b) * p.max_blocks;
+  const std::int32_t* g_row_ptr = p.row_ptr + static_cast<std::int64_t>(h) * (p.max_rows + 1);
+  std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int q_local = unit.q_begin - unit.q_request + lane;
+  int kept = 0;  // this lane's set bits so far: the slot of its next edge
+
+  // 32 blocks a round: lane l holds block l0 + l's word, row and first place in the row (loaded
+  // a round ahead); only the row's start waits on them.
+  std::uint32_t word = 0u;
+  int row = 0, first = 0;
+  if (lane < unit.blocks) {
+    word = g_bits[lane];
+    row = g_row_of[lane];
+    first = g_first[lane];
+  }
+  for (int l0 = 0; l0 < unit.blocks; l0 += 32) {
+    const int level = l0 + lane;
+    const int place0 = word != 0u ? g_row_ptr[row] + first : 0;
+    std::uint32_t next_word = 0u;
+    int next_row = 0, next_first = 0;
+    if (level + 32 < unit.blocks) {
+      next_word = g_bits[level + 32];
+      next_row = g_row_of[level + 32];
+      next_first = g_first[level + 32];
+    }
+    unsigned todo = __ballot_sync(kFullMask, word != 0u);
+    while (todo != 0u) {
+      const int src = __ffs(todo) - 1;
+      todo &= todo - 1u;
+      const std::uint32_t w = __shfl_sync(kFullMask, word, src);
+      const int place = __shfl_sync(kFullMask, place0, src) + __popc(w & lanes_below);
+      if ((w >> lane) & 1u) {
+        if (place >= 0 && place < p.edges_per_head) g_qsplit[place] = qsplit::encode(q_local, kept);
+        ++kept;
+      }
+    }
+    word = next_word;
+    row = next_row;
+    first = next_first;
+  }
+  const int q = unit.q_begin + lane;
+  if (q < unit.q_end) p.split_counts[static_cast<std::int64_t>(q) * p.h_kv + h] = routed_row(p, h, q) ? 1 : kept;
+}
+
+}  // namespace msa::cuda::k2q
