@@ -461,8 +461,9 @@ TEST(K2qDeviceLayout, WorkspaceGrowsAcrossTheItemSizeSwitch) {
 // slots and 12288 (head, row) pairs); then the fused path where it fits (at most 64 requests, 128
 // KV heads, 4096 blocks a request) for problems that are not light, up to 8192 queries; the
 // small path where it fits and was measured faster than the general one (at most 3072 slots and
-// 4 x 6144 pairs); the bitmap path where it fits (requests of at most 512 blocks); the general
-// path otherwise.
+// 4 x 6144 pairs); the bitmap path where it fits (requests of at most 512 blocks), which also
+// takes the fused path's problems of more than 4096 queries with at least 32 queries a block of
+// the longest request; the general path otherwise.
 TEST(K2qDeviceLayout, PathForTheProblem) {
   using msa::ProblemSize;
   using msa::cuda::K2qPath;
@@ -485,7 +486,12 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {4, 8192, 67584}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {4, 8193, 67584}), K2qPath::kGeneral);  // 528 blocks: the bitmap path does not fit
   EXPECT_EQ(path(4, 16, {4, 8193, 65536}), K2qPath::kBitmap);   // 512 blocks
-  EXPECT_EQ(path(4, 16, {1, 8192, 8192}), K2qPath::kFused);
+  EXPECT_EQ(path(4, 16, {1, 8192, 8192}), K2qPath::kBitmap);    // 128 queries a block
+  EXPECT_EQ(path(4, 16, {1, 4096, 4096}), K2qPath::kFused);     // 4096 queries
+  EXPECT_EQ(path(4, 16, {1, 4097, 4097}), K2qPath::kBitmap);
+  EXPECT_EQ(path(4, 16, {1, 6144, 12288}), K2qPath::kBitmap);    // 64 queries a block
+  EXPECT_EQ(path(4, 16, {1, 6144, 32768}), K2qPath::kFused);     // 24 queries a block
+  EXPECT_EQ(path(4, 16, {1, 8192, 32768}), K2qPath::kBitmap);    // 32 queries a block
   EXPECT_EQ(path(4, 16, {1, 2048, 524288}), K2qPath::kFused);    // 4096 blocks
   EXPECT_EQ(path(4, 16, {1, 2048, 524289}), K2qPath::kGeneral);  // 4097 blocks
   EXPECT_EQ(path(4, 16, {16, 16, 16400}), K2qPath::kSmall);
@@ -793,6 +799,10 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   add("S4k_B1_random", std::vector<Request>{{4096, 4096}});
   add("S6k_B1_random", std::vector<Request>{{6144, 6144}});
   add("S6k_on_32k", chunk(6144, 26624, 1));
+  add("S5k_B1_random", std::vector<Request>{{5120, 5120}});
+  add("S6k_on_12k", chunk(6144, 6144, 1));
+  add("S8k_on_16k", chunk(8192, 8192, 1));
+  add("S8k_x2_on_16k", chunk(4096, 12288, 2));
   // MSA_PLAN_TIMING_CASE=<name>: that case only (e.g. under a profiler); MSA_PLAN_TIMING_PATH=
   // general|small|grid|fused|bitmap: that path only.
   const char* only = std::getenv("MSA_PLAN_TIMING_CASE");

@@ -350,9 +350,13 @@ K2qDeviceSizes k2q_device_sizes(int h_kv, int topk, int q_per_item, const Proble
   const bool grid_fits = k2q_grid_fits(g);
   const bool small_light = small_chosen && slots <= k2q::kGridSmallSlots && pairs <= k2q::kGridSmallPairs;
   const bool grid_chosen = grid_fits && g.total_q <= k2q::kGridChosenQueries && !small_light;
-  const bool fused_chosen = fused_fits && !grid_chosen && !small_light && g.total_q <= k2q::kFusedChosenQueries;
-  // The bitmap path where it fits, in place of the general path.
+  // The bitmap path where it fits, in place of the general path, and in place of the fused path
+  // on large chunks with short prefixes.
   const bool bitmap_fits = k2q_bitmap_fits(g);
+  const bool bitmap_over_fused = bitmap_fits && g.total_q > k2q::kBitmapOverFusedQueries &&
+                                 g.total_q >= k2q::kBitmapOverFusedQueriesPerBlock * g.max_blocks;
+  const bool fused_chosen =
+      fused_fits && !grid_chosen && !small_light && g.total_q <= k2q::kFusedChosenQueries && !bitmap_over_fused;
   g.path = grid_chosen    ? K2qPath::kGrid
            : fused_chosen ? K2qPath::kFused
            : small_chosen ? K2qPath::kSmall

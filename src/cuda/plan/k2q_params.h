@@ -121,6 +121,13 @@ static_assert(kFusedMaxBlocks < (1 << 20), "a row's block fits 20 bits of its co
 inline constexpr int kBitmapQPerUnit = 32;
 inline constexpr int kBitmapWarps = 8;  // bits / walk CTA: one unit per warp
 inline constexpr int kBitmapMaxBlocks = 512;
+// Where k2q_device_sizes picks it over the fused path (H200, docs/performance.md step 65): from
+// 4097 queries where there are at least 32 queries per block of the longest request (5k-8k
+// queries on prefixes up to as long: 36-58 us fused, 36-46 bitmap). With fewer queries per
+// block the walk's words outnumber the edges it places (6144 queries on a 32k prefix: fused 49
+// us, bitmap 57); at 4096 queries without prefix the fused path was 3 us faster.
+inline constexpr int kBitmapOverFusedQueries = 4096;
+inline constexpr int kBitmapOverFusedQueriesPerBlock = 32;
 
 // A grid task's dynamic shared memory (it shares the bytes with the routing warps' tables).
 struct GridTaskSmem {
