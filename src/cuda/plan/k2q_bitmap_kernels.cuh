@@ -27,7 +27,7 @@
 //   5. finish      the general path's qsplit tail.
 //
 // Where it fits (k2q_bitmap_fits: requests of at most kBitmapMaxBlocks blocks) the words of a
-// unit are no more than its top-k entries at K = 16, and the general path's count and scatter,
+// unit are at most twice its top-k entries at K = 16, and the general path's count and scatter,
 // which analyse every entry twice (a warp match, segment shuffles, a scattered 4-byte store per
 // entry), become a load and a shared-memory OR per entry and a store per (word, set bit) with
 // the word's bits in neighbouring places.
