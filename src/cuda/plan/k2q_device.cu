@@ -453,7 +453,8 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
   // for the previous grid) made the plan slower in a graph, 0.047 -> 0.061 ms for 2048 tokens on
   // a 128k prefix (docs/performance.md, step 36).
 
-  // The routing's flags (its list is compacted in the finalize launch) beside the row map.
+  // The routing's flags beside the row map (their list is compacted in the finish launch, or
+  // beside the bitmap path's walk).
   // The bitmap path routing its own tiles leaves the row map launch the tiles that span
   // requests (none in a batch of one), a lane each to find them.
   TileRouteParams route{};

@@ -168,7 +168,8 @@ __device__ __forceinline__ void row_map_cta(const BuildParams& p, int level, Map
 // (docs/performance.md, step 36). route_ctas is 0 when the plan does not route. Dynamic shared
 // memory: the larger of MapTemp and tile_route_smem_bytes(route). One instance per lane share
 // of a tile's ids (route_lane_entries: 4, 8 or 16), which registers hold: the smaller two fit 4
-// CTAs per SM (64 registers); the largest took 76 alone and keeps 3 rather than spill.
+// CTAs per SM (64 registers); the largest takes 80 (ptxas, with the spanning-only loop) and keeps
+// 3 rather than spill.
 static_assert(kMapThreads == kRouteWarps * 32, "routing and row map CTAs share the launch's block size");
 // spanning_only (the bitmap path routing the other tiles itself): only tiles that span requests.
 template <int kLaneEntries>
