@@ -6,7 +6,7 @@
 //
 //   1. row map     the general path's (k2q_kernels.cuh), with the aligned units (unit_aligned);
 //                  under PrefillPath::kAuto, when the tile size divides 32, its routing CTAs
-//                  route only the tiles that span requests (route_spanning_cta): every other
+//                  route only the tiles that span requests (route_cta, spanning_only): every other
 //                  tile lies inside one unit, whose bits kernel routes it.
 //   2. bits        one warp per (unit, KV head): every top-k id of the unit's queries sets its
 //                  query's bit in a shared-memory word per block (duplicates fall away; the

@@ -180,11 +180,8 @@ __global__ void __launch_bounds__(kMapThreads, kLaneEntries <= 8 ? 4 : 3)
     row_map_cta(p, static_cast<int>(blockIdx.x) - route_ctas, *reinterpret_cast<MapTemp*>(s_dyn));
     return;
   }
-  if (spanning_only != 0)
-    route_spanning_cta<kLaneEntries>(route, static_cast<int>(blockIdx.x), route_ctas,
-                                     reinterpret_cast<std::int32_t*>(s_dyn));
-  else
-    route_cta<kLaneEntries>(route, static_cast<int>(blockIdx.x), route_ctas, reinterpret_cast<std::int32_t*>(s_dyn));
+  route_cta<kLaneEntries>(route, static_cast<int>(blockIdx.x), route_ctas, reinterpret_cast<std::int32_t*>(s_dyn),
+                          spanning_only != 0);
 }
 
 // ---- shared by the count and scatter warps --------------------------------------------------

@@ -183,21 +183,6 @@ __device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_
   __syncwarp();  // the caller's next tile overwrites the keys and the table
 }
 
-// One routing CTA (kRouteWarps warps), number `cta` of `ctas`: its warps take tiles cta *
-// kRouteWarps + warp, then every ctas * kRouteWarps-th after it. s_route: the CTA's dynamic shared
-// memory, route_warp_ints(q_per_tile * topk) ints per warp.
-template <int kLaneEntries>
-__device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int entries = p.q_per_tile * p.topk;
-  std::int32_t* s_key = s_route + warp * route_warp_ints(entries);
-  const std::int64_t per_head = tiles_per_head(p.total_q, p.q_per_tile);
-  const std::int64_t tiles = per_head * p.h_kv;
-  for (std::int64_t tile = std::int64_t(cta) * kRouteWarps + warp; tile < tiles;
-       tile += std::int64_t(ctas) * kRouteWarps)
-    route_tile<kLaneEntries>(p, tile, per_head, lane, s_key, s_key + entries);
-}
-
 // Whether `tile` (< h_kv * per_head) spans requests: its first and last queries lie in different
 // ones (request_of_query).
 __device__ __forceinline__ bool tile_spans_requests(const TileRouteParams& p, std::int64_t tile,
@@ -207,24 +192,29 @@ __device__ __forceinline__ bool tile_spans_requests(const TileRouteParams& p, st
   return request_of_query(p.cu_seqlens_q, p.batch, q0, 0) != request_of_query(p.cu_seqlens_q, p.batch, q1, 0);
 }
 
-// route_cta for the tiles that span requests only (the k2q planner's bitmap path routes the
-// others in its bits kernel, k2q_bitmap_kernels.cuh): each warp checks 32 tiles at a time, a
-// lane each, and routes those that span.
+// One routing CTA (kRouteWarps warps), number `cta` of `ctas`: its warps take tiles cta *
+// kRouteWarps + warp, then every ctas * kRouteWarps-th after it. s_route: the CTA's dynamic shared
+// memory, route_warp_ints(q_per_tile * topk) ints per warp. spanning_only (the k2q planner's
+// bitmap path, which routes the other tiles in its bits kernel, k2q_bitmap_kernels.cuh): only
+// the tiles that span requests, which a warp finds 32 tiles at a time, a lane each.
 template <int kLaneEntries>
-__device__ __forceinline__ void route_spanning_cta(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route) {
+__device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route,
+                                          bool spanning_only = false) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int entries = p.q_per_tile * p.topk;
   std::int32_t* s_key = s_route + warp * route_warp_ints(entries);
   const std::int64_t per_head = tiles_per_head(p.total_q, p.q_per_tile);
   const std::int64_t tiles = per_head * p.h_kv;
-  if (p.batch <= 1) return;  // one request: no tile spans two
-  for (std::int64_t base = (std::int64_t(cta) * kRouteWarps + warp) * 32; base < tiles;
-       base += std::int64_t(ctas) * kRouteWarps * 32) {
-    const std::int64_t mine = base + lane;
-    unsigned spanning = __ballot_sync(0xffffffffu, mine < tiles && tile_spans_requests(p, mine, per_head));
-    while (spanning != 0u) {  // warp-uniform
-      const int i = __ffs(spanning) - 1;
-      spanning &= spanning - 1u;
+  if (spanning_only && p.batch <= 1) return;  // one request: no tile spans two
+  const int group = spanning_only ? 32 : 1;   // tiles a warp takes at a time
+  for (std::int64_t base = (std::int64_t(cta) * kRouteWarps + warp) * group; base < tiles;
+       base += std::int64_t(ctas) * kRouteWarps * group) {
+    unsigned todo = 1u;  // the tiles of the group to route (warp-uniform)
+    if (spanning_only)
+      todo = __ballot_sync(0xffffffffu, base + lane < tiles && tile_spans_requests(p, base + lane, per_head));
+    while (todo != 0u) {
+      const int i = __ffs(todo) - 1;
+      todo &= todo - 1u;
       route_tile<kLaneEntries>(p, base + i, per_head, lane, s_key, s_key + entries);
     }
   }
