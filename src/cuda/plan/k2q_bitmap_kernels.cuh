@@ -43,6 +43,10 @@ namespace msa::cuda::k2q {
 
 // Top-k passes loaded together in the bits kernel (a unit's K' passes, up to 32).
 inline constexpr int kBitmapPassBatch = 8;
+// The walk's CTAs per SM (its launch bound) and the ranks per thread and round of the list CTA
+// it carries: the list's code had taken the walk to 80 registers, 3 CTAs an SM.
+inline constexpr int kWalkCtasPerSm = 8;
+inline constexpr int kWalkListItems = 8;
 
 // ---- stage 2: per-unit bit words ------------------------------------------------------------
 
@@ -120,12 +124,13 @@ __global__ void __launch_bounds__(kBitmapWarps * 32) k2q_bits_kernel(const Build
 
 // list_ctas (0 or 1): a first column of CTAs, whose CTA (0, 0) lists the routed tiles
 // (compact_route_list) beside the walk, and the others return.
-__global__ void __launch_bounds__(kBitmapWarps * 32) k2q_walk_kernel(const BuildParams p, int list_ctas) {
+__global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
+    k2q_walk_kernel(const BuildParams p, int list_ctas) {
   __shared__ typename cub::BlockScan<int, kBitmapWarps * 32>::TempStorage list_scan;
   if (static_cast<int>(blockIdx.x) < list_ctas) {  // CTA-uniform
     if (blockIdx.y == 0)
-      compact_route_list<kBitmapWarps * 32, kRouteListItems>(p.union_tile, p.route_per_head, p.h_kv, p.union_list,
-                                                             p.union_count, p.combine_list, p.combine_count, list_scan);
+      compact_route_list<kBitmapWarps * 32, kWalkListItems>(p.union_tile, p.route_per_head, p.h_kv, p.union_list,
+                                                            p.union_count, p.combine_list, p.combine_count, list_scan);
     return;
   }
   const int warp = threadIdx.x >> 5;
