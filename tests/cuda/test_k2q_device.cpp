@@ -807,6 +807,9 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   add("S8k_x2_on_16k", chunk(4096, 12288, 2));
   add_heads("S64k_G2_random", 32, std::vector<Request>{{65536, 65536}});
   add_heads("S128k_G2_random", 32, std::vector<Request>{{131072, 131072}});
+  // G = 1 (h_kv 64), planned from S = 32k on (block-major rows).
+  add_heads("S32k_G1_random", 64, std::vector<Request>{{32768, 32768}});
+  add_heads("S64k_G1_random", 64, std::vector<Request>{{65536, 65536}});
   // MSA_PLAN_TIMING_CASE=<name>: that case only (e.g. under a profiler); MSA_PLAN_TIMING_PATH=
   // general|small|grid|fused|bitmap: that path only.
   const char* only = std::getenv("MSA_PLAN_TIMING_CASE");

@@ -17,12 +17,14 @@
 //   3. unit prefix the general path's, counting each word's bits (k2q_unit_prefix_kernel<true>):
 //                  unit_counts gets each (unit, block)'s first place in its row.
 //      flat scan, finalize: the general path's.
-//   4. walk        one warp per (unit, KV head), lane = query: the unit's blocks in ascending
-//                  order, 32 words a load; for each non-empty word the lanes whose bit is set
-//                  write their qsplit word at the row's place + the word's bits below the lane
-//                  (so every row is q-ascending, as the host writes it), and the slot is the
-//                  lane's count of set bits at lower blocks (its kept ids below this one). The
-//                  lane's final count is its query's split count. A CTA of its own lists the
+//   4. walk        one warp per (unit, KV head): the unit's blocks in ascending order, 32 words
+//                  a round, lane l holding block l0 + l's word. A word's set bits go, ascending,
+//                  to neighbouring places from the (unit, block)'s first place in the row (so
+//                  every row is q-ascending, as the host writes it); a bit's slot is its query's
+//                  set bits at lower blocks (its kept ids below this one), which lane q counts:
+//                  its final count is the query's split count. A round is placed a word a step
+//                  (dense words) or a bit of every lane's word a step, the slots then read from
+//                  the round's words transposed (sparse words). A CTA of its own lists the
 //                  routed tiles beside the walk (their flags are all written by then).
 //   5. finish      the general path's qsplit tail.
 //
@@ -47,6 +49,10 @@ inline constexpr int kBitmapPassBatch = 8;
 // it carries: the list's code had taken the walk to 80 registers, 3 CTAs an SM.
 inline constexpr int kWalkCtasPerSm = 8;
 inline constexpr int kWalkListItems = 8;
+// The walk places a round's bits by lane where the fullest word's bits times this are at most
+// the round's non-empty words (and the words hold few bits on average: lane_max_bits), by word
+// otherwise (k2q_walk_kernel).
+inline constexpr int kWalkLaneStepRatio = 4;
 
 // ---- stage 2: per-unit bit words ------------------------------------------------------------
 
@@ -120,12 +126,27 @@ __global__ void __launch_bounds__(kBitmapWarps * 32) k2q_bits_kernel(const Build
   for (int l = lane; l < unit.blocks; l += 32) g_bits[l] = s_bits[l] & ~cleared;
 }
 
+// The 32 x 32 bit matrix whose row l is lane l's word, transposed: lane q gets the word whose
+// bit l is bit q of lane l's word. Five butterfly stages; stage j swaps the (row bit j, column
+// bit j) halves between lanes l and l ^ j.
+__device__ __forceinline__ std::uint32_t transpose_bits32(std::uint32_t x, int lane) {
+  constexpr std::uint32_t kLow[5] = {0x0000ffffu, 0x00ff00ffu, 0x0f0f0f0fu, 0x33333333u, 0x55555555u};
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    const int j = 16 >> k;
+    const std::uint32_t y = __shfl_xor_sync(kFullMask, x, j);
+    x = (lane & j) == 0 ? (x & kLow[k]) | ((y & kLow[k]) << j) : (x & ~kLow[k]) | ((y & ~kLow[k]) >> j);
+  }
+  return x;
+}
+
 // ---- stage 4: the walk ----------------------------------------------------------------------
 
 // list_ctas (0 or 1): a first column of CTAs, whose CTA (0, 0) lists the routed tiles
-// (compact_route_list) beside the walk, and the others return.
+// (compact_route_list) beside the walk, and the others return. lane_max_bits: the most bits a
+// non-empty word may hold on average in a round placed by lane.
 __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
-    k2q_walk_kernel(const BuildParams p, int list_ctas) {
+    k2q_walk_kernel(const BuildParams p, int list_ctas, int lane_max_bits) {
   __shared__ typename cub::BlockScan<int, kBitmapWarps * 32>::TempStorage list_scan;
   if (static_cast<int>(blockIdx.x) < list_ctas) {  // CTA-uniform
     if (blockIdx.y == 0)
@@ -146,8 +167,7 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
   const std::int32_t* g_row_ptr = p.row_ptr + static_cast<std::int64_t>(h) * (p.max_rows + 1);
   std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
   const unsigned lanes_below = (1u << lane) - 1u;
-  const int q_local = unit.q_begin - unit.q_request + lane;
-  int kept = 0;  // this lane's set bits so far: the slot of its next edge
+  int kept = 0;  // query lane's set bits so far: the slot of its next edge
 
   // 32 blocks a round: lane l holds block l0 + l's word, row and first place in the row (loaded
   // a round ahead); only the row's start waits on them.
@@ -158,6 +178,7 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
     row = g_row_of[lane];
     first = g_first[lane];
   }
+  const int q_local0 = unit.q_begin - unit.q_request;  // the unit's first query, request-local
   for (int l0 = 0; l0 < unit.blocks; l0 += 32) {
     const int level = l0 + lane;
     const int place0 = word != 0u ? g_row_ptr[row] + first : 0;
@@ -168,16 +189,47 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
       next_row = g_row_of[level + 32];
       next_first = g_first[level + 32];
     }
-    unsigned todo = __ballot_sync(kFullMask, word != 0u);
-    while (todo != 0u) {
-      const int src = __ffs(todo) - 1;
-      todo &= todo - 1u;
-      const std::uint32_t w = __shfl_sync(kFullMask, word, src);
-      const int place = __shfl_sync(kFullMask, place0, src) + __popc(w & lanes_below);
-      if ((w >> lane) & 1u) {
-        if (place >= 0 && place < p.edges_per_head) g_qsplit[place] = qsplit::encode(q_local, kept);
-        ++kept;
+    // Two ways to place a round's bits, chosen per round (warp-uniform) by their step counts:
+    // - by word: a step per non-empty word, whose set lanes (queries) write the word's bits at
+    //   neighbouring places, each lane's slot its own kept count. One store a word: best where
+    //   words hold many bits.
+    // - by lane: lane l writes its own word's bits, one per step in ascending query order; query
+    //   q's slot is its kept count plus its bits at lower blocks of this round, read from the
+    //   round's words transposed (lane q: bit l = query q's bit of block l0 + l). As many steps
+    //   as the fullest word has bits, a store per bit: best where a walk of one wave waits on
+    //   its steps, and where most words hold one or two bits (long requests, chunks on long
+    //   prefixes), whose step per word would store a bit or two.
+    const unsigned nonempty = __ballot_sync(kFullMask, word != 0u);
+    const int word_steps = __popc(nonempty);
+    const int lane_steps = __reduce_max_sync(kFullMask, __popc(word));
+    const int bits = __reduce_add_sync(kFullMask, __popc(word));
+    if (lane_steps * kWalkLaneStepRatio > word_steps || bits > word_steps * lane_max_bits) {  // warp-uniform
+      unsigned todo = nonempty;
+      while (todo != 0u) {
+        const int src = __ffs(todo) - 1;
+        todo &= todo - 1u;
+        const std::uint32_t w = __shfl_sync(kFullMask, word, src);
+        const int place = __shfl_sync(kFullMask, place0, src) + __popc(w & lanes_below);
+        if ((w >> lane) & 1u) {
+          if (place >= 0 && place < p.edges_per_head) g_qsplit[place] = qsplit::encode(q_local0 + lane, kept);
+          ++kept;
+        }
       }
+    } else if (lane_steps != 0) {
+      const std::uint32_t col = transpose_bits32(word, lane);
+      std::uint32_t rest = word;
+      for (int i = 0; i < lane_steps; ++i) {
+        const int q = rest != 0u ? __ffs(rest) - 1 : 0;
+        const std::uint32_t q_col = __shfl_sync(kFullMask, col, q);
+        const int q_kept = __shfl_sync(kFullMask, kept, q);
+        if (rest != 0u) {
+          const int place = place0 + i;
+          const int slot = q_kept + __popc(q_col & lanes_below);
+          if (place >= 0 && place < p.edges_per_head) g_qsplit[place] = qsplit::encode(q_local0 + q, slot);
+        }
+        rest &= rest - 1u;
+      }
+      kept += __popc(col);
     }
     word = next_word;
     row = next_row;

@@ -183,6 +183,7 @@ void grant_smem(bool small, std::size_t bytes) {
 struct Resident {
   int grid;
   int fused;
+  int walk;  // the bitmap walk's CTAs at its launch bound
 };
 Resident cooperative_resident() {
   static PerDevice<Resident> resident;
@@ -203,7 +204,7 @@ Resident cooperative_resident() {
                               per_sm(k2q::k2q_grid_kernel<32>, k2q::kGridThreads, grid_bytes));
     const int fused = per_sm(k2q::k2q_fused_kernel, k2q::kFusedThreads,
                              k2q::fused_smem(k2q::kFusedMaxBlocks, kTileUnionMaxEntries).bytes);
-    return Resident{sms * grid, sms * fused};
+    return Resident{sms * grid, sms * fused, sms * k2q::kWalkCtasPerSm};
   });
 }
 
@@ -524,7 +525,11 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     // written by now) while the others walk: the list costs the plan nothing beside the walk.
     const int list_ctas = p.union_list != nullptr ? 1 : 0;
     const dim3 walk_grid(bitmap_grid.x + list_ctas, bitmap_grid.y);
-    k2q_walk_kernel<<<walk_grid, kBitmapWarps * 32, 0, stream>>>(p, list_ctas);
+    // A walk of one wave waits on each warp's steps: it places by lane wherever that takes
+    // fewer steps; a longer one is bound by its stores, and places by lane only words of up to
+    // two bits on average (docs/performance.md step 66).
+    const bool one_wave = static_cast<std::int64_t>(walk_grid.x) * walk_grid.y <= cooperative_resident().walk;
+    k2q_walk_kernel<<<walk_grid, kBitmapWarps * 32, 0, stream>>>(p, list_ctas, one_wave ? 32 : 2);
   } else
     k2q_scatter_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
 
