@@ -526,10 +526,10 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     const int list_ctas = p.union_list != nullptr ? 1 : 0;
     const dim3 walk_grid(bitmap_grid.x + list_ctas, bitmap_grid.y);
     // A walk of one wave waits on each warp's steps: it places by lane wherever that takes
-    // fewer steps; a longer one is bound by its stores, and places by lane only words of up to
-    // two bits on average (docs/performance.md step 66).
+    // fewer steps; a longer one is bound by its stores, and places by lane only sparse words.
     const bool one_wave = static_cast<std::int64_t>(walk_grid.x) * walk_grid.y <= cooperative_resident().walk;
-    k2q_walk_kernel<<<walk_grid, kBitmapWarps * 32, 0, stream>>>(p, list_ctas, one_wave ? 32 : 2);
+    k2q_walk_kernel<<<walk_grid, kBitmapWarps * 32, 0, stream>>>(
+        p, list_ctas, one_wave ? kWalkLaneAnyBits : kWalkLaneMaxBitsBeyondWave);
   } else
     k2q_scatter_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
 
