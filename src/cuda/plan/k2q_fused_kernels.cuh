@@ -375,7 +375,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   cg::this_grid().sync();
 
   // 4. Scatter: each warp's cursors, then its queries in order.
-  const std::int64_t edges_cap = p.edges_per_head;
   for (int t = cta; t < p.h_kv * units; t += ctas) {
     const int h = t / units, u = t - h * units;
     const Unit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
