@@ -8,24 +8,30 @@
 //                  under PrefillPath::kAuto, when the tile size divides 32, its routing CTAs
 //                  route only the tiles that span requests (route_cta, spanning_only): every other
 //                  tile lies inside one unit, whose bits kernel routes it.
-//   2. bits        one warp per (unit, KV head): every top-k id of the unit's queries sets its
-//                  query's bit in a shared-memory word per block (duplicates fall away; the
-//                  queries of tiles routed in step 1 load nothing); then the unit routes its own
-//                  tiles by the rule from the words (fold_tile_out: a tile's union is the blocks
-//                  with a bit of its queries, its edges those bits) and clears the routed tiles'
-//                  bits; the words go to unit_bits [h_kv, units, max_blocks] in one coalesced row.
-//   3. unit prefix the general path's, counting each word's bits (k2q_unit_prefix_kernel<true>):
-//                  unit_counts gets each (unit, block)'s first place in its row.
+//   2. bits        a CTA of kBitmapWarps units, one warp per (unit, KV head): every top-k id of
+//                  the unit's queries sets its query's bit in a shared-memory word per block
+//                  (duplicates fall away; the queries of tiles routed in step 1 load nothing);
+//                  then the unit routes its own tiles by the rule from the words (fold_tile_out:
+//                  a tile's union is the blocks with a bit of its queries, its edges those bits)
+//                  and clears the routed tiles' bits; the words go to unit_bits [h_kv, units,
+//                  max_blocks] in one coalesced row. Then each segment of the CTA (its units of
+//                  one request) sums its words' bits per block into unit_counts, at the row of
+//                  the segment's first unit.
+//   3. unit prefix the general path's over the segments' rows (k2q_unit_prefix_kernel<true>):
+//                  each segment's row gets the segment's first place in each block's row, a
+//                  kBitmapWarps-th of the rows the prefix would read and write per unit.
 //      flat scan, finalize: the general path's.
-//   4. walk        one warp per (unit, KV head): the unit's blocks in ascending order, 32 words
-//                  a round, lane l holding block l0 + l's word. A word's set bits go, ascending,
-//                  to neighbouring places from the (unit, block)'s first place in the row (so
-//                  every row is q-ascending, as the host writes it); a bit's slot is its query's
-//                  set bits at lower blocks (its kept ids below this one), which lane q counts:
-//                  its final count is the query's split count. A round is placed a word a step
-//                  (dense words) or a bit of every lane's word a step, the slots then read from
-//                  the round's words transposed (sparse words). A CTA of its own lists the
-//                  routed tiles beside the walk (their flags are all written by then).
+//   4. walk        the bits kernel's CTAs, one warp per (unit, KV head): the unit's blocks in
+//                  ascending order, 32 words a round, lane l holding block l0 + l's word. A
+//                  unit's first place in a block's row is its segment's plus the bits of the
+//                  segment's lower warps' words there (shared memory, a CTA barrier a round). A
+//                  word's set bits go, ascending, to neighbouring places from there (so every row
+//                  is q-ascending, as the host writes it); a bit's slot is its query's set bits
+//                  at lower blocks (its kept ids below this one), which lane q counts: its final
+//                  count is the query's split count. A round is placed a word a step (dense
+//                  words) or a bit of every lane's word a step, the slots then read from the
+//                  round's words transposed (sparse words). A CTA of its own lists the routed
+//                  tiles beside the walk (their flags are all written by then).
 //   5. finish      the general path's qsplit tail.
 //
 // Where it fits (k2q_bitmap_fits: requests of at most kBitmapMaxBlocks blocks) the words of a
@@ -59,15 +65,9 @@ inline constexpr int kWalkLaneMaxBitsBeyondWave = 2;
 
 // ---- stage 2: per-unit bit words ------------------------------------------------------------
 
-__global__ void __launch_bounds__(kBitmapWarps * 32) k2q_bits_kernel(const BuildParams p) {
-  extern __shared__ std::uint32_t s_words[];  // [kBitmapWarps, max_blocks]
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  const int h = blockIdx.y;
-  const int u = blockIdx.x * kBitmapWarps + warp;
-  if (u >= p.unit_start[p.batch]) return;  // warp-uniform; no CTA barrier below
-  const Unit unit = locate_unit(p, u);     // q_per_unit = 32: at most one bit per lane
-  std::uint32_t* s_bits = s_words + static_cast<std::int64_t>(warp) * p.max_blocks;
+// One warp's unit u: its words in s_bits (routed tiles' bits cleared) and in unit_bits.
+__device__ __forceinline__ void unit_words(const BuildParams& p, int h, int u, const Unit& unit, std::uint32_t* s_bits,
+                                           int lane) {
   for (int l = lane; l < unit.blocks; l += 32) s_bits[l] = 0u;
   const int n_q = unit.q_end - unit.q_begin;  // 1..32
   // Tiles inside this unit, [t_first, t_end), when it routes them itself (fold_tile_out): the
@@ -126,7 +126,48 @@ __global__ void __launch_bounds__(kBitmapWarps * 32) k2q_bits_kernel(const Build
   }
 
   std::uint32_t* g_bits = p.unit_bits + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
-  for (int l = lane; l < unit.blocks; l += 32) g_bits[l] = s_bits[l] & ~cleared;
+  for (int l = lane; l < unit.blocks; l += 32) {
+    const std::uint32_t w = s_bits[l] & ~cleared;
+    s_bits[l] = w;
+    g_bits[l] = w;
+  }
+}
+
+// A CTA's kBitmapWarps units, a warp each; then each segment of them (the units of one request)
+// sums its words' bits per block into unit_counts at its first unit's row, for the unit prefix.
+__global__ void __launch_bounds__(kBitmapWarps * 32) k2q_bits_kernel(const BuildParams p) {
+  extern __shared__ std::uint32_t s_words[];  // [kBitmapWarps, max_blocks]
+  __shared__ int s_seg[kBitmapWarps];         // the segment's row of each warp's unit (-1: none)
+  __shared__ int s_blocks[kBitmapWarps];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int h = blockIdx.y;
+  const int cta_unit = static_cast<int>(blockIdx.x) * kBitmapWarps;
+  const int u = cta_unit + warp;
+  int seg = -1, blocks = 0;
+  if (u < p.unit_start[p.batch]) {        // warp-uniform
+    const Unit unit = locate_unit(p, u);  // q_per_unit = 32: at most one bit per lane
+    unit_words(p, h, u, unit, s_words + static_cast<std::int64_t>(warp) * p.max_blocks, lane);
+    seg = max(cta_unit, p.unit_start[unit.b]);
+    blocks = unit.blocks;
+  }
+  if (lane == 0) {
+    s_seg[warp] = seg;
+    s_blocks[warp] = blocks;
+  }
+  __syncthreads();
+  for (int w0 = 0; w0 < kBitmapWarps; ++w0) {  // CTA-uniform
+    const int row = s_seg[w0];
+    if (row < 0 || (w0 > 0 && s_seg[w0 - 1] == row)) continue;
+    int w1 = w0 + 1;
+    while (w1 < kBitmapWarps && s_seg[w1] == row) ++w1;
+    std::int32_t* g_sum = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + row) * p.max_blocks;
+    for (int l = static_cast<int>(threadIdx.x); l < s_blocks[w0]; l += kBitmapWarps * 32) {
+      int c = 0;
+      for (int w = w0; w < w1; ++w) c += __popc(s_words[static_cast<std::int64_t>(w) * p.max_blocks + l]);
+      g_sum[l] = c;
+    }
+  }
 }
 
 // The 32 x 32 bit matrix whose row l is lane l's word, transposed: lane q gets the word whose
@@ -160,20 +201,32 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int h = blockIdx.y;
-  const int u = (static_cast<int>(blockIdx.x) - list_ctas) * kBitmapWarps + warp;
-  if (u >= p.unit_start[p.batch]) return;
-  const Unit unit = locate_unit(p, u);
+  const int cta_unit = (static_cast<int>(blockIdx.x) - list_ctas) * kBitmapWarps;
+  const int u = cta_unit + warp;
+  // Every warp takes the CTA's rounds (a barrier each), a warp without a unit with no words.
+  __shared__ int s_rounds[kBitmapWarps];
+  __shared__ int s_pop[2][kBitmapWarps][32];                         // a round's words' bits per warp (double-buffered)
+  const bool live = u < p.unit_start[p.batch];                       // warp-uniform
+  const Unit unit = live ? locate_unit(p, u) : Unit{0, 0, 0, 0, 0};  // blocks 0: no word
+  // The unit's segment (the CTA's units of its request): its row of unit_counts holds the
+  // segment's first place in each block's row; the segment's lower warps' bits come before.
+  const int seg_row = live ? max(cta_unit, p.unit_start[unit.b]) : u;
+  const int seg_warp = seg_row - cta_unit;
   const std::int64_t unit_off = (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
   const std::uint32_t* g_bits = p.unit_bits + unit_off;
-  const std::int32_t* g_first = p.unit_counts + unit_off;  // the unit prefix: first place in the row
+  const std::int32_t* g_first = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + seg_row) * p.max_blocks;
   const std::int32_t* g_row_of = p.row_of + static_cast<std::int64_t>(unit.b) * p.max_blocks;
   const std::int32_t* g_row_ptr = p.row_ptr + static_cast<std::int64_t>(h) * (p.max_rows + 1);
   std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
   const unsigned lanes_below = (1u << lane) - 1u;
   int kept = 0;  // query lane's set bits so far: the slot of its next edge
+  if (lane == 0) s_rounds[warp] = (unit.blocks + 31) / 32;
+  __syncthreads();
+  int rounds = 0;
+  for (int w = 0; w < kBitmapWarps; ++w) rounds = max(rounds, s_rounds[w]);
 
-  // 32 blocks a round: lane l holds block l0 + l's word, row and first place in the row (loaded
-  // a round ahead); only the row's start waits on them.
+  // 32 blocks a round: lane l holds block l0 + l's word, row and the segment's first place in
+  // the row (loaded a round ahead); only the row's start waits on them.
   std::uint32_t word = 0u;
   int row = 0, first = 0;
   if (lane < unit.blocks) {
@@ -182,8 +235,11 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
     first = g_first[lane];
   }
   const int q_local0 = unit.q_begin - unit.q_request;  // the unit's first query, request-local
-  for (int l0 = 0; l0 < unit.blocks; l0 += 32) {
-    const int level = l0 + lane;
+  for (int r = 0; r < rounds; ++r) {
+    const int level = r * 32 + lane;
+    s_pop[r & 1][warp][lane] = __popc(word);
+    __syncthreads();
+    for (int w = seg_warp; w < warp; ++w) first += s_pop[r & 1][w][lane];
     const int place0 = word != 0u ? g_row_ptr[row] + first : 0;
     std::uint32_t next_word = 0u;
     int next_row = 0, next_first = 0;
@@ -239,7 +295,8 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
     first = next_first;
   }
   const int q = unit.q_begin + lane;
-  if (q < unit.q_end) p.split_counts[static_cast<std::int64_t>(q) * p.h_kv + h] = routed_row(p, h, q) ? 1 : kept;
+  if (live && q < unit.q_end)
+    p.split_counts[static_cast<std::int64_t>(q) * p.h_kv + h] = routed_row(p, h, q) ? 1 : kept;
 }
 
 }  // namespace msa::cuda::k2q

@@ -413,9 +413,17 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32, 4) k2q_count_kernel(const 
 
 // ---- stage 3: per-row unit prefix and totals --------------------------------------------------
 
-// kFromBits (the bitmap path, k2q_bitmap_kernels.cuh): a unit's count on a block is the set bits
-// of its word in unit_bits, and the prefix goes to unit_counts.
-template <bool kFromBits>
+// kSegments (the bitmap path, k2q_bitmap_kernels.cuh): the counts are per segment, a request's
+// units inside one CTA of kBitmapWarps units (bits kernel), each at its first unit's row of
+// unit_counts; the prefix goes to those rows. Otherwise the counts are per unit.
+__device__ __forceinline__ int segment_count(int u_begin, int u_end) {
+  return u_end > u_begin ? (u_end + kBitmapWarps - 1) / kBitmapWarps - u_begin / kBitmapWarps : 0;
+}
+// Segment i's row: the request's first unit, then every CTA boundary inside the request.
+__device__ __forceinline__ int segment_row(int u_begin, int i) {
+  return i == 0 ? u_begin : (u_begin / kBitmapWarps + i) * kBitmapWarps;
+}
+template <bool kSegments>
 __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(const BuildParams p) {
   __shared__ int s_chunk_sum[kPrefixWarps][32];
   const int warp = threadIdx.x >> 5;
@@ -428,22 +436,20 @@ __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(cons
   if (tile * kLevelsPerTile >= blocks) return;  // CTA-uniform
   const int level = tile * kLevelsPerTile + lane;
   const bool live = level < blocks;
-  // Warp w owns a contiguous chunk of the request's units.
+  // Warp w owns a contiguous chunk of the request's rows (units, or segments).
   const int u_begin = p.unit_start[b];
-  const int units = p.unit_start[b + 1] - u_begin;
-  const int chunk = (units + kPrefixWarps - 1) / kPrefixWarps;
-  const int my_begin = u_begin + min(warp * chunk, units);
-  const int my_end = u_begin + min((warp + 1) * chunk, units);
+  const int u_end = p.unit_start[b + 1];
+  const int rows = kSegments ? segment_count(u_begin, u_end) : u_end - u_begin;
+  const int chunk = (rows + kPrefixWarps - 1) / kPrefixWarps;
+  const int my_begin = min(warp * chunk, rows);
+  const int my_end = min((warp + 1) * chunk, rows);
   const std::int64_t col = static_cast<std::int64_t>(h) * p.max_units * p.max_blocks + level;
   std::int32_t* g_col = p.unit_counts + col;
-  const std::uint32_t* g_bits = p.unit_bits + col;  // kFromBits only
   const std::int64_t stride = p.max_blocks;
-  const auto count = [&](int unit) {
-    if constexpr (kFromBits)
-      return __popc(g_bits[unit * stride]);
-    else
-      return g_col[unit * stride];
+  const auto at = [&](int i) -> std::int64_t {
+    return static_cast<std::int64_t>(kSegments ? segment_row(u_begin, i) : u_begin + i) * stride;
   };
+  const auto count = [&](int i) { return g_col[at(i)]; };
 
   // Pass 1: the chunk's sum per level.
   int sum = 0;
@@ -472,7 +478,7 @@ __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(cons
       for (int k = 0; k < kPrefixBatch; ++k) v[k] = u0 + k < my_end ? count(u0 + k) : 0;
 #pragma unroll
       for (int k = 0; k < kPrefixBatch; ++k) {
-        if (u0 + k < my_end) g_col[(u0 + k) * stride] = run;
+        if (u0 + k < my_end) g_col[at(u0 + k)] = run;
         run += v[k];
       }
     }
