@@ -65,7 +65,8 @@ inline constexpr int kWalkLaneMaxBitsBeyondWave = 2;
 
 // ---- stage 2: per-unit bit words ------------------------------------------------------------
 
-// One warp's unit u: its words in s_bits (routed tiles' bits cleared) and in unit_bits.
+// One warp's unit u: its words in s_bits (routed tiles' bits cleared) and, up to its last
+// non-empty one, in unit_bits; that extent in unit_extent.
 __device__ __forceinline__ void unit_words(const BuildParams& p, int h, int u, const Unit& unit, std::uint32_t* s_bits,
                                            int lane) {
   for (int l = lane; l < unit.blocks; l += 32) s_bits[l] = 0u;
@@ -125,12 +126,17 @@ __device__ __forceinline__ void unit_words(const BuildParams& p, int h, int u, c
     if (wins) cleared |= mask;
   }
 
-  std::uint32_t* g_bits = p.unit_bits + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
+  int last = -1;  // the unit's last block with a bit
   for (int l = lane; l < unit.blocks; l += 32) {
     const std::uint32_t w = s_bits[l] & ~cleared;
     s_bits[l] = w;
-    g_bits[l] = w;
+    if (w != 0u) last = l;
   }
+  const int extent = __reduce_max_sync(kFullMask, last) + 1;
+  __syncwarp();
+  std::uint32_t* g_bits = p.unit_bits + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
+  for (int l = lane; l < extent; l += 32) g_bits[l] = s_bits[l];
+  if (lane == 0) p.unit_extent[static_cast<std::int64_t>(h) * p.max_units + u] = extent;
 }
 
 // A CTA's kBitmapWarps units, a warp each; then each segment of them (the units of one request)
@@ -220,7 +226,9 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
   std::int32_t* g_qsplit = p.qsplit + static_cast<std::int64_t>(h) * p.edges_per_head;
   const unsigned lanes_below = (1u << lane) - 1u;
   int kept = 0;  // query lane's set bits so far: the slot of its next edge
-  if (lane == 0) s_rounds[warp] = (unit.blocks + 31) / 32;
+  // Words past the unit's extent are not read (nor written): they are empty.
+  const int extent = live ? p.unit_extent[static_cast<std::int64_t>(h) * p.max_units + u] : 0;
+  if (lane == 0) s_rounds[warp] = (extent + 31) / 32;
   __syncthreads();
   int rounds = 0;
   for (int w = 0; w < kBitmapWarps; ++w) rounds = max(rounds, s_rounds[w]);
@@ -229,7 +237,7 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
   // the row (loaded a round ahead); only the row's start waits on them.
   std::uint32_t word = 0u;
   int row = 0, first = 0;
-  if (lane < unit.blocks) {
+  if (lane < extent) {
     word = g_bits[lane];
     row = g_row_of[lane];
     first = g_first[lane];
@@ -243,7 +251,7 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
     const int place0 = word != 0u ? g_row_ptr[row] + first : 0;
     std::uint32_t next_word = 0u;
     int next_row = 0, next_first = 0;
-    if (level + 32 < unit.blocks) {
+    if (level + 32 < extent) {
       next_word = g_bits[level + 32];
       next_row = g_row_of[level + 32];
       next_first = g_first[level + 32];

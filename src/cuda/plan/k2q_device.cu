@@ -60,6 +60,11 @@ std::int64_t bitmap_words(const K2qDeviceGeometry& g) {
          std::min<std::int64_t>(g.max_blocks, k2q::kBitmapMaxBlocks);
 }
 
+// Entries of unit_extent: the bitmap path's [h_kv, bitmap_units] (the same bound's units).
+std::int64_t bitmap_extents(const K2qDeviceGeometry& g) {
+  return std::int64_t{g.h_kv} * (ceil_div(g.total_q, k2q::kBitmapQPerUnit) + g.batch);
+}
+
 // The flat scan's input: entry i of [h_kv, stride] row totals, zero for rows past total_rows
 // (the unit prefix writes only existing rows) and for each head's padding row.
 struct LiveRowTotal {
@@ -105,6 +110,7 @@ k2q::BuildParams make_params(const K2qDeviceGeometry& g, const K2qDeviceInputs& 
   p.unit_start = out.unit_start;
   p.unit_counts = out.unit_counts;
   p.unit_bits = out.unit_bits;
+  p.unit_extent = out.unit_extent;
   p.row_totals = out.row_totals;
   p.row_scan = out.row_scan;
   p.task_totals = out.task_totals;
@@ -385,6 +391,7 @@ K2qDeviceBuffers k2q_device_layout(const K2qDeviceGeometry& g, Arena& arena) {
   b.unit_start = arena.take<std::int32_t>(n(g.batch + 1));
   b.unit_counts = arena.take<std::int32_t>(n(unit_counts_words(g)));
   b.unit_bits = arena.take<std::uint32_t>(n(bitmap_words(g)));
+  b.unit_extent = arena.take<std::int32_t>(n(bitmap_extents(g)));
   b.row_totals = arena.take<K2qRowTotal>(n(scan_items(g)));
   b.row_scan = arena.take<K2qRowTotal>(n(scan_items(g)));
   b.task_totals = arena.take<K2qRowTotal>(n(k2q::kGridMaxTasks));

@@ -134,6 +134,8 @@ struct K2qDeviceBuffers {
                               // (the bitmap path: [h_kv, bitmap_units, max_blocks], the prefix)
   std::uint32_t* unit_bits;   // [h_kv, bitmap_units, max_blocks] bitmap path: bit i of a word =
                               // query i of the unit selects the block (bound: bitmap_words)
+  std::int32_t* unit_extent;  // [h_kv, bitmap_units] bitmap path: 1 + the unit's last block with a
+                              // bit (0: none); the walk reads no word past it
   K2qRowTotal* row_totals;    // [h_kv, max_rows + 1] (edges, work items) per row
   K2qRowTotal* row_scan;      // [h_kv, max_rows + 1] exclusive scan of row_totals (flat)
   K2qRowTotal* task_totals;   // [k2q::kGridMaxTasks] grid path: (edges, work items) per task

@@ -183,6 +183,7 @@ struct BuildParams {
   std::int32_t* unit_start;   // [batch + 1]
   std::int32_t* unit_counts;  // [h_kv, max_units, max_blocks]
   std::uint32_t* unit_bits;   // [h_kv, max_units, max_blocks] bitmap path: bit i = query i of the unit
+  std::int32_t* unit_extent;  // [h_kv, max_units] bitmap path: 1 + the unit's last block with a bit
   K2qRowTotal* row_totals;    // [h_kv, max_rows + 1] edges << 32 | items per row
   K2qRowTotal* row_scan;      // [h_kv, max_rows + 1] flat exclusive scan of row_totals
   K2qRowTotal* task_totals;   // [kGridMaxTasks] grid path: (edges, work items) of each task
