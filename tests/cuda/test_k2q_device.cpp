@@ -461,7 +461,7 @@ TEST(K2qDeviceLayout, WorkspaceGrowsAcrossTheItemSizeSwitch) {
 // slots and 12288 (head, row) pairs); then the fused path where it fits (at most 64 requests, 128
 // KV heads, 4096 blocks a request) for problems that are not light, up to 8192 queries; the
 // small path where it fits and was measured faster than the general one (at most 3072 slots and
-// 4 x 6144 pairs); the bitmap path where it fits (requests of at most 1024 blocks), which also
+// 4 x 6144 pairs); the bitmap path where it fits (requests of at most 2048 blocks), which also
 // takes the fused path's problems of more than 4096 queries with at least 32 queries a block of
 // the longest request; the general path otherwise.
 TEST(K2qDeviceLayout, PathForTheProblem) {
@@ -486,7 +486,9 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {4, 8192, 67584}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {4, 8193, 67584}), K2qPath::kBitmap);    // 528 blocks
   EXPECT_EQ(path(4, 16, {4, 8193, 131072}), K2qPath::kBitmap);   // 1024 blocks
-  EXPECT_EQ(path(4, 16, {4, 8193, 131073}), K2qPath::kGeneral);  // 1025: the bitmap path does not fit
+  EXPECT_EQ(path(4, 16, {4, 8193, 131073}), K2qPath::kBitmap);   // 1025 blocks
+  EXPECT_EQ(path(4, 16, {4, 8193, 262144}), K2qPath::kBitmap);   // 2048 blocks
+  EXPECT_EQ(path(4, 16, {4, 8193, 262145}), K2qPath::kGeneral);  // 2049: the bitmap path does not fit
   EXPECT_EQ(path(4, 16, {1, 8192, 8192}), K2qPath::kBitmap);    // 128 queries a block
   EXPECT_EQ(path(4, 16, {1, 4096, 4096}), K2qPath::kFused);     // 4096 queries
   EXPECT_EQ(path(4, 16, {1, 4097, 4097}), K2qPath::kBitmap);
@@ -500,7 +502,8 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {64, 256, 40000}), K2qPath::kFused);  // 10 levels x 64 requests per task
   EXPECT_EQ(path(4, 16, {64, 320, 4000}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {65, 650, 1000}), K2qPath::kBitmap);    // 65 requests
-  EXPECT_EQ(path(4, 16, {65, 650, 131073}), K2qPath::kGeneral);  // 1025 blocks
+  EXPECT_EQ(path(4, 16, {65, 650, 131073}), K2qPath::kBitmap);  // 1025 blocks
+  EXPECT_EQ(path(4, 16, {65, 650, 262145}), K2qPath::kGeneral);  // 2049 blocks
   EXPECT_EQ(path(4, 16, {64, 650, 1000}), K2qPath::kFused);
   EXPECT_EQ(path(4, 16, {16, 512, 131072}), K2qPath::kFused);
   EXPECT_EQ(path(128, 16, {1, 100, 4000}), K2qPath::kGrid);      // one task per head, 1600 slots
@@ -511,7 +514,8 @@ TEST(K2qDeviceLayout, PathForTheProblem) {
   EXPECT_EQ(path(4, 16, {1, 32768, 32768}), K2qPath::kBitmap);
   EXPECT_EQ(path(32, 16, {1, 16384, 16384}), K2qPath::kBitmap);
   EXPECT_EQ(path(4, 16, {1, 131072, 131072}), K2qPath::kBitmap);
-  EXPECT_EQ(path(4, 16, {1, 200000, 200000}), K2qPath::kGeneral);
+  EXPECT_EQ(path(4, 16, {1, 200000, 200000}), K2qPath::kBitmap);   // 1563 blocks
+  EXPECT_EQ(path(4, 16, {1, 262145, 262145}), K2qPath::kGeneral);  // 2049 blocks
   EXPECT_EQ(geo(4, 16, {3, 1000, 4000}).bitmap_units, 32 + 3);  // ceil(1000 / 32) + batch
   EXPECT_EQ(geo(4, 16, {1, 2048, 133120}).fused_tasks_per_head, 32);
   EXPECT_EQ(geo(4, 16, {1, 2048, 133120}).fused_q_per_unit, 64);
@@ -810,6 +814,9 @@ TEST(K2qDeviceTiming, DISABLED_PlanTiming) {
   // G = 1 (h_kv 64), planned from S = 32k on (block-major rows).
   add_heads("S32k_G1_random", 64, std::vector<Request>{{32768, 32768}});
   add_heads("S64k_G1_random", 64, std::vector<Request>{{65536, 65536}});
+  // Past 1024 blocks (the bitmap path up to 2048).
+  add_heads("S256k_G2_random", 32, std::vector<Request>{{262144, 262144}});
+  add("S256k_B1_random", std::vector<Request>{{262144, 262144}});
   // MSA_PLAN_TIMING_CASE=<name>: that case only (e.g. under a profiler); MSA_PLAN_TIMING_PATH=
   // general|small|grid|fused|bitmap: that path only.
   const char* only = std::getenv("MSA_PLAN_TIMING_CASE");

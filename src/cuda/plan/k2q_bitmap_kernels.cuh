@@ -8,7 +8,7 @@
 //                  under PrefillPath::kAuto, when the tile size divides 32, its routing CTAs
 //                  route only the tiles that span requests (route_cta, spanning_only): every other
 //                  tile lies inside one unit, whose bits kernel routes it.
-//   2. bits        a CTA of kBitmapWarps units, one warp per (unit, KV head): every top-k id of
+//   2. bits        a CTA of kBitsWarps units, one warp per (unit, KV head): every top-k id of
 //                  the unit's queries sets its query's bit in a shared-memory word per block
 //                  (duplicates fall away; the queries of tiles routed in step 1 load nothing);
 //                  then the unit routes its own tiles by the rule from the words (fold_tile_out:
@@ -19,10 +19,11 @@
 //                  the segment's first unit.
 //   3. unit prefix the general path's over the segments' rows (k2q_unit_prefix_kernel<true>):
 //                  each segment's row gets the segment's first place in each block's row, a
-//                  kBitmapWarps-th of the rows the prefix would read and write per unit.
+//                  kBitsWarps-th of the rows the prefix would read and write per unit.
 //      flat scan, finalize: the general path's.
-//   4. walk        the bits kernel's CTAs, one warp per (unit, KV head): the unit's blocks in
-//                  ascending order, 32 words a round, lane l holding block l0 + l's word. A
+//   4. walk        CTAs of kBitmapWarps units (whole segments), one warp per (unit, KV head):
+//                  the unit's blocks in ascending order, 32 words a round, lane l holding block
+//                  l0 + l's word. A
 //                  unit's first place in a block's row is its segment's plus the bits of the
 //                  segment's lower warps' words there (shared memory, a CTA barrier a round). A
 //                  word's set bits go, ascending, to neighbouring places from there (so every row
@@ -139,16 +140,16 @@ __device__ __forceinline__ void unit_words(const BuildParams& p, int h, int u, c
   if (lane == 0) p.unit_extent[static_cast<std::int64_t>(h) * p.max_units + u] = extent;
 }
 
-// A CTA's kBitmapWarps units, a warp each; then each segment of them (the units of one request)
+// A CTA's kBitsWarps units, a warp each; then each segment of them (the units of one request)
 // sums its words' bits per block into unit_counts at its first unit's row, for the unit prefix.
-__global__ void __launch_bounds__(kBitmapWarps * 32) k2q_bits_kernel(const BuildParams p) {
-  extern __shared__ std::uint32_t s_words[];  // [kBitmapWarps, max_blocks]
-  __shared__ int s_seg[kBitmapWarps];         // the segment's row of each warp's unit (-1: none)
-  __shared__ int s_blocks[kBitmapWarps];
+__global__ void __launch_bounds__(kBitsWarps * 32) k2q_bits_kernel(const BuildParams p) {
+  extern __shared__ std::uint32_t s_words[];  // [kBitsWarps, max_blocks]
+  __shared__ int s_seg[kBitsWarps];           // the segment's row of each warp's unit (-1: none)
+  __shared__ int s_blocks[kBitsWarps];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int h = blockIdx.y;
-  const int cta_unit = static_cast<int>(blockIdx.x) * kBitmapWarps;
+  const int cta_unit = static_cast<int>(blockIdx.x) * kBitsWarps;
   const int u = cta_unit + warp;
   int seg = -1, blocks = 0;
   if (u < p.unit_start[p.batch]) {        // warp-uniform
@@ -162,13 +163,13 @@ __global__ void __launch_bounds__(kBitmapWarps * 32) k2q_bits_kernel(const Build
     s_blocks[warp] = blocks;
   }
   __syncthreads();
-  for (int w0 = 0; w0 < kBitmapWarps; ++w0) {  // CTA-uniform
+  for (int w0 = 0; w0 < kBitsWarps; ++w0) {  // CTA-uniform
     const int row = s_seg[w0];
     if (row < 0 || (w0 > 0 && s_seg[w0 - 1] == row)) continue;
     int w1 = w0 + 1;
-    while (w1 < kBitmapWarps && s_seg[w1] == row) ++w1;
+    while (w1 < kBitsWarps && s_seg[w1] == row) ++w1;
     std::int32_t* g_sum = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + row) * p.max_blocks;
-    for (int l = static_cast<int>(threadIdx.x); l < s_blocks[w0]; l += kBitmapWarps * 32) {
+    for (int l = static_cast<int>(threadIdx.x); l < s_blocks[w0]; l += kBitsWarps * 32) {
       int c = 0;
       for (int w = w0; w < w1; ++w) c += __popc(s_words[static_cast<std::int64_t>(w) * p.max_blocks + l]);
       g_sum[l] = c;
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(kBitmapWarps * 32, kWalkCtasPerSm)
   const Unit unit = live ? locate_unit(p, u) : Unit{0, 0, 0, 0, 0};  // blocks 0: no word
   // The unit's segment (the CTA's units of its request): its row of unit_counts holds the
   // segment's first place in each block's row; the segment's lower warps' bits come before.
-  const int seg_row = live ? max(cta_unit, p.unit_start[unit.b]) : u;
+  const int seg_row = live ? max(u - u % kBitsWarps, p.unit_start[unit.b]) : u;
   const int seg_warp = seg_row - cta_unit;
   const std::int64_t unit_off = (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
   const std::uint32_t* g_bits = p.unit_bits + unit_off;

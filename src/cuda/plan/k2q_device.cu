@@ -497,12 +497,12 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
   const dim3 unit_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.max_units, g.unit_warps))),
                        static_cast<unsigned>(g.h_kv));
   const unsigned unit_threads = static_cast<unsigned>(g.unit_warps * 32);
-  const dim3 bitmap_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.bitmap_units, kBitmapWarps))),
+  const dim3 bitmap_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.bitmap_units, kBitsWarps))),
                          static_cast<unsigned>(g.h_kv));
   if (bitmap) {
     MSA_ASSERT(g.bitmap_units > 0 && g.max_blocks <= kBitmapMaxBlocks);
-    const std::size_t bits_smem = static_cast<std::size_t>(kBitmapWarps) * g.max_blocks * sizeof(std::uint32_t);
-    k2q_bits_kernel<<<bitmap_grid, kBitmapWarps * 32, bits_smem, stream>>>(p);
+    const std::size_t bits_smem = static_cast<std::size_t>(kBitsWarps) * g.max_blocks * sizeof(std::uint32_t);
+    k2q_bits_kernel<<<bitmap_grid, kBitsWarps * 32, bits_smem, stream>>>(p);
   } else {
     grant_smem(false, g.unit_smem_bytes);
     k2q_count_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
@@ -531,7 +531,9 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     // A first column of CTAs, of which CTA (0, 0) lists the routed tiles (whose flags are all
     // written by now) while the others walk: the list costs the plan nothing beside the walk.
     const int list_ctas = p.union_list != nullptr ? 1 : 0;
-    const dim3 walk_grid(bitmap_grid.x + list_ctas, bitmap_grid.y);
+    const dim3 walk_grid(
+        static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.bitmap_units, kBitmapWarps))) + list_ctas,
+        bitmap_grid.y);
     // A walk of one wave waits on each warp's steps: it places by lane wherever that takes
     // fewer steps; a longer one is bound by its stores, and places by lane only sparse words.
     const bool one_wave = static_cast<std::int64_t>(walk_grid.x) * walk_grid.y <= cooperative_resident().walk;

@@ -414,14 +414,14 @@ __global__ void __launch_bounds__(kMaxUnitWarps * 32, 4) k2q_count_kernel(const 
 // ---- stage 3: per-row unit prefix and totals --------------------------------------------------
 
 // kSegments (the bitmap path, k2q_bitmap_kernels.cuh): the counts are per segment, a request's
-// units inside one CTA of kBitmapWarps units (bits kernel), each at its first unit's row of
+// units inside one CTA of kBitsWarps units (bits kernel), each at its first unit's row of
 // unit_counts; the prefix goes to those rows. Otherwise the counts are per unit.
 __device__ __forceinline__ int segment_count(int u_begin, int u_end) {
-  return u_end > u_begin ? (u_end + kBitmapWarps - 1) / kBitmapWarps - u_begin / kBitmapWarps : 0;
+  return u_end > u_begin ? (u_end + kBitsWarps - 1) / kBitsWarps - u_begin / kBitsWarps : 0;
 }
 // Segment i's row: the request's first unit, then every CTA boundary inside the request.
 __device__ __forceinline__ int segment_row(int u_begin, int i) {
-  return i == 0 ? u_begin : (u_begin / kBitmapWarps + i) * kBitmapWarps;
+  return i == 0 ? u_begin : (u_begin / kBitsWarps + i) * kBitsWarps;
 }
 template <bool kSegments>
 __global__ void __launch_bounds__(kPrefixWarps * 32) k2q_unit_prefix_kernel(const BuildParams p) {

@@ -116,13 +116,17 @@ static_assert(kFusedMaxBlocks < (1 << 20), "a row's block fits 20 bits of its co
 
 // The bitmap path (k2q_bitmap_kernels.cuh): the general path's stages on units of 32 queries,
 // one bit each, so that a unit's edges on a block are one word. Its unit_bits hold a word per
-// (KV head, unit, block), at most twice the unit's top-k entries at K = 16 for requests of up to
-// kBitmapMaxBlocks blocks (128k tokens), where it fits: a bits CTA holds 32 KB of words. At 1024
-// blocks it still planned S = 128k in 436 us where the general path took 597 (h_kv 4), 2.75 ms
-// against 3.60 at h_kv 32 (H200, docs/performance.md step 65).
+// (KV head, unit, block), up to the unit's last non-empty one (unit_extent), for requests of up
+// to kBitmapMaxBlocks blocks (256k tokens), where it fits: a bits CTA holds 32 KB of words. At
+// 1024 blocks it planned S = 128k in 329 us where the general path took 597 (h_kv 4), 1.92 ms
+// against 3.58 at h_kv 32 (H200, docs/performance.md steps 65, 66); 2048 blocks not yet measured.
 inline constexpr int kBitmapQPerUnit = 32;
-inline constexpr int kBitmapWarps = 8;  // bits / walk CTA: one unit per warp
-inline constexpr int kBitmapMaxBlocks = 1024;
+inline constexpr int kBitmapWarps = 8;  // walk CTA: one unit per warp
+// Bits CTA: one unit per warp; a segment (the unit prefix's row) is a request's units in one.
+// Its words take kBitsWarps * kBitmapMaxBlocks * 4 bytes of shared memory (32 KB).
+inline constexpr int kBitsWarps = 4;
+inline constexpr int kBitmapMaxBlocks = 2048;
+static_assert(kBitmapWarps % kBitsWarps == 0, "a walk CTA holds whole segments");
 // Where k2q_device_sizes picks it over the fused path (H200, docs/performance.md step 65): from
 // 4097 queries where there are at least 32 queries per block of the longest request (5k-8k
 // queries on prefixes up to as long: 36-58 us fused, 36-46 bitmap). With fewer queries per
