@@ -119,7 +119,8 @@ static_assert(kFusedMaxBlocks < (1 << 20), "a row's block fits 20 bits of its co
 // (KV head, unit, block), up to the unit's last non-empty one (unit_extent), for requests of up
 // to kBitmapMaxBlocks blocks (256k tokens), where it fits: a bits CTA holds 32 KB of words. At
 // 1024 blocks it planned S = 128k in 329 us where the general path took 597 (h_kv 4), 1.92 ms
-// against 3.58 at h_kv 32 (H200, docs/performance.md steps 65, 66); 2048 blocks not yet measured.
+// against 3.58 at h_kv 32 (H200, docs/performance.md steps 65, 66); at 2048 blocks (S = 256k)
+// 690 us against 1269 (h_kv 4), 4.45 ms against 7.74 (h_kv 32; step 67).
 inline constexpr int kBitmapQPerUnit = 32;
 inline constexpr int kBitmapWarps = 8;  // walk CTA: one unit per warp
 // Bits CTA: one unit per warp; a segment (the unit prefix's row) is a request's units in one.
