@@ -14,7 +14,8 @@
 //                  then the unit routes its own tiles by the rule from the words (fold_tile_out:
 //                  a tile's union is the blocks with a bit of its queries, its edges those bits)
 //                  and clears the routed tiles' bits; the words go to unit_bits [h_kv, units,
-//                  max_blocks] in one coalesced row. Then each segment of the CTA (its units of
+//                  max_blocks] in one coalesced row, up to the last non-empty one (the unit's
+//                  extent, to unit_extent). Then each segment of the CTA (its units of
 //                  one request) sums its words' bits per block into unit_counts, at the row of
 //                  the segment's first unit.
 //   3. unit prefix the general path's over the segments' rows (k2q_unit_prefix_kernel<true>):
@@ -22,24 +23,23 @@
 //                  kBitsWarps-th of the rows the prefix would read and write per unit.
 //      flat scan, finalize: the general path's.
 //   4. walk        CTAs of kBitmapWarps units (whole segments), one warp per (unit, KV head):
-//                  the unit's blocks in ascending order, 32 words a round, lane l holding block
-//                  l0 + l's word. A
-//                  unit's first place in a block's row is its segment's plus the bits of the
-//                  segment's lower warps' words there (shared memory, a CTA barrier a round). A
-//                  word's set bits go, ascending, to neighbouring places from there (so every row
-//                  is q-ascending, as the host writes it); a bit's slot is its query's set bits
-//                  at lower blocks (its kept ids below this one), which lane q counts: its final
-//                  count is the query's split count. A round is placed a word a step (dense
-//                  words) or a bit of every lane's word a step, the slots then read from the
-//                  round's words transposed (sparse words). A CTA of its own lists the routed
-//                  tiles beside the walk (their flags are all written by then).
+//                  the unit's blocks up to its extent in ascending order, 32 words a round, lane
+//                  l holding block l0 + l's word. A unit's first place in a block's row is its
+//                  segment's plus the bits of the segment's lower warps' words there (shared
+//                  memory, a CTA barrier a round). A word's set bits go, ascending, to
+//                  neighbouring places from there (so every row is q-ascending, as the host
+//                  writes it); a bit's slot is its query's set bits at lower blocks (its kept ids
+//                  below this one), which lane q counts: its final count is the query's split
+//                  count. A round is placed a word a step (dense words) or a bit of every lane's
+//                  word a step, the slots then read from the round's words transposed (sparse
+//                  words). A CTA of its own lists the routed tiles beside the walk (their flags
+//                  are all written by then).
 //   5. finish      the general path's qsplit tail.
 //
 // Where it fits (k2q_bitmap_fits: requests of at most kBitmapMaxBlocks blocks) the words of a
-// unit are at most twice its top-k entries at K = 16, and the general path's count and scatter,
-// which analyse every entry twice (a warp match, segment shuffles, a scattered 4-byte store per
-// entry), become a load and a shared-memory OR per entry and a store per (word, set bit) with
-// the word's bits in neighbouring places.
+// unit are at most four times its top-k entries at K = 16 (fewer up to its extent), and the general path's count and
+// scatter, which analyse every entry twice (a warp match, segment shuffles, a scattered 4-byte store per entry), become
+// a load and a shared-memory OR per entry and a store per (word, set bit) with the word's bits in neighbouring places.
 #pragma once
 
 #include <cstdint>

@@ -131,7 +131,8 @@ struct K2qDeviceBuffers {
   std::int32_t* unit_start;   // [batch + 1] first unit of request b; [batch] = unit count
   std::int32_t* unit_counts;  // [h_kv, max_units, max_blocks] per-unit edge counts per block,
                               // then their exclusive prefix along the units of the request
-                              // (the bitmap path: [h_kv, bitmap_units, max_blocks], the prefix)
+                              // (the bitmap path: [h_kv, bitmap_units, max_blocks], each
+                              // segment's bits, then their prefix, at its first unit's row)
   std::uint32_t* unit_bits;   // [h_kv, bitmap_units, max_blocks] bitmap path: bit i of a word =
                               // query i of the unit selects the block (bound: bitmap_words)
   std::int32_t* unit_extent;  // [h_kv, bitmap_units] bitmap path: 1 + the unit's last block with a
