@@ -357,6 +357,17 @@ std::vector<PlanCase> cases() {
   // Routing whose tiles' blocks outgrow the warp's bitmap (topk 2: tables of 32-128 ints), so
   // the routing counts the union in its key table, alone and beside bitmap tiles.
   add({"k2_long_prefixes", 2, 2, 16, {{200, 300000}, {30, 250000}}, Selection::kRandom, Mutation::kNone, 0, 32});
+  // The bitmap path at its limit (2048 blocks: a bits CTA's 32 KB of words), hostile ids at and
+  // past the last block, requests that start inside a unit window and share bits CTAs.
+  add({"bitmap_2048_blocks",
+       3,
+       16,
+       16,
+       {{1500, 262144}, {70, 200001}, {33, 262144}},
+       Selection::kRandom,
+       Mutation::kAdversarial,
+       0,
+       33});
   return v;
 }
 
