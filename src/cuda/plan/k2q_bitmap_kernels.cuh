@@ -37,9 +37,10 @@
 //   5. finish      the general path's qsplit tail.
 //
 // Where it fits (k2q_bitmap_fits: requests of at most kBitmapMaxBlocks blocks) the words of a
-// unit are at most four times its top-k entries at K = 16 (fewer up to its extent), and the general path's count and
-// scatter, which analyse every entry twice (a warp match, segment shuffles, a scattered 4-byte store per entry), become
-// a load and a shared-memory OR per entry and a store per (word, set bit) with the word's bits in neighbouring places.
+// unit are at most four times its top-k entries at K = 16 (fewer up to its extent), and the
+// general path's count and scatter, which analyse every entry twice (a warp match, segment
+// shuffles, a scattered 4-byte store per entry), become a load and a shared-memory OR per entry
+// and a store per (word, set bit) with the word's bits in neighbouring places.
 #pragma once
 
 #include <cstdint>
