@@ -60,7 +60,8 @@ inline constexpr int kWalkListItems = 8;
 // The walk places a round's bits by lane where the fullest word's bits times this are at most
 // the round's non-empty words (and the words hold few bits on average: lane_max_bits), by word
 // otherwise (k2q_walk_kernel). lane_max_bits: any (a walk of one wave, bound by its steps) or
-// two bits a non-empty word (a longer walk, bound by its stores; docs/performance.md step 66).
+// two bits a non-empty word (a longer walk, bound by the instructions of all its warps, where
+// by lane's extra ones cost; docs/performance.md steps 66, 67).
 inline constexpr int kWalkLaneStepRatio = 4;
 inline constexpr int kWalkLaneAnyBits = 32;
 inline constexpr int kWalkLaneMaxBitsBeyondWave = 2;

@@ -497,12 +497,12 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
   const dim3 unit_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.max_units, g.unit_warps))),
                        static_cast<unsigned>(g.h_kv));
   const unsigned unit_threads = static_cast<unsigned>(g.unit_warps * 32);
-  const dim3 bitmap_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.bitmap_units, kBitsWarps))),
-                         static_cast<unsigned>(g.h_kv));
+  const dim3 bits_grid(static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.bitmap_units, kBitsWarps))),
+                       static_cast<unsigned>(g.h_kv));
   if (bitmap) {
     MSA_ASSERT(g.bitmap_units > 0 && g.max_blocks <= kBitmapMaxBlocks);
     const std::size_t bits_smem = static_cast<std::size_t>(kBitsWarps) * g.max_blocks * sizeof(std::uint32_t);
-    k2q_bits_kernel<<<bitmap_grid, kBitsWarps * 32, bits_smem, stream>>>(p);
+    k2q_bits_kernel<<<bits_grid, kBitsWarps * 32, bits_smem, stream>>>(p);
   } else {
     grant_smem(false, g.unit_smem_bytes);
     k2q_count_kernel<<<unit_grid, unit_threads, g.unit_smem_bytes, stream>>>(p);
@@ -533,9 +533,10 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     const int list_ctas = p.union_list != nullptr ? 1 : 0;
     const dim3 walk_grid(
         static_cast<unsigned>(std::max<std::int64_t>(1, ceil_div(g.bitmap_units, kBitmapWarps))) + list_ctas,
-        bitmap_grid.y);
+        bits_grid.y);
     // A walk of one wave waits on each warp's steps: it places by lane wherever that takes
-    // fewer steps; a longer one is bound by its stores, and places by lane only sparse words.
+    // fewer steps; a longer one, issue-bound over all its warps, places by lane only sparse
+    // words (docs/performance.md steps 66, 67).
     const bool one_wave = static_cast<std::int64_t>(walk_grid.x) * walk_grid.y <= cooperative_resident().walk;
     k2q_walk_kernel<<<walk_grid, kBitmapWarps * 32, 0, stream>>>(
         p, list_ctas, one_wave ? kWalkLaneAnyBits : kWalkLaneMaxBitsBeyondWave);
