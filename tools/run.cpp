@@ -280,7 +280,8 @@ class Pipeline {
     host.backend = Backend::kCpu;
     // The CUDA planner under PrefillPath::kAuto routes tiles to the tile-union kernel first:
     // their rows are left out of the plan (the rule's CPU twin says which), or all of them
-    // where the cost model, given the device batch's bound, skips the plan (plan_free_queries_per_tile).
+    // where the cost model, given the device batch's bound, skips the plan (plan_free_queries_per_tile)
+    // or the call runs as a decode step (prefill_as_decode: one request of at most 16 queries).
     // Under PrefillPath::kTileUnion every tile goes there and nothing is planned.
     std::vector<std::uint8_t> flags;
     TileRoute route;
@@ -288,6 +289,7 @@ class Pipeline {
       route.q_per_tile = cuda::tile_union_queries_per_tile(shape_.group(), shape_.topk);
       const auto b_count = static_cast<int>(o_.requests.size());
       if (opt.prefill_path == PrefillPath::kTileUnion ||
+          cuda::prefill_as_decode(b_count, prefill_.total_q, score_cols(prefill_) * kBlockSize) ||
           cuda::plan_free_queries_per_tile(nullptr, nullptr, b_count, prefill_.total_q,
                                            score_cols(prefill_) * kBlockSize, shape_.h_kv, shape_.group(),
                                            shape_.topk) > 0)

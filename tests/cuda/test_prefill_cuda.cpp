@@ -50,6 +50,7 @@ struct Case {
   int free_queries = 0;      // > 0: ... with tiles of this many queries (checked)
   bool host_batch = false;   // plan() from the CPU batch tensors (else device ones + a bound)
   bool no_lse = false;       // run() without the optional lse
+  bool decode_route = false;  // kAuto must run it as a decode step (prefill_as_decode, checked)
 };
 // Test names in CTest and gtest output: the case name, not the struct bytes.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -186,6 +187,26 @@ std::vector<Case> cases() {
   nolse.host_batch = true;
   nolse.no_lse = true;
   c.push_back(nolse);
+  // One request of 1..16 queries on kAuto: a decode step (Q = total_q, head-major top-k), on
+  // long and short (5 blocks, no multiple of 128) lengths, page sizes 16-128 and flat,
+  // G = 1..16, top-k 7..32, host and device batches, sinks, hostile and unseen ids.
+  const auto route = [&](const std::string& name, WorkloadSpec spec, bool sinks, bool host, bool hostile) {
+    Case r{name, std::move(spec)};
+    r.path = msa::PrefillPath::kAuto;
+    r.decode_route = true;
+    r.spec.sinks = sinks;
+    r.host_batch = host;
+    r.adversarial = hostile;
+    r.future_ids = hostile;
+    c.push_back(r);
+  };
+  route("decode_route_q1_sinks", spec_of(64, 4, 16, 128, {{1, 20000}}, Selection::kRandom, 30), true, false, false);
+  route("decode_route_q16_host_page16", spec_of(16, 2, 7, 16, {{16, 3000}}, Selection::kRandom, 31), false, true,
+        false);
+  route("decode_route_q5_g1_flat_hostile", spec_of(4, 4, 32, 0, {{5, 1000}}, Selection::kRandom, 32), false, false,
+        true);
+  route("decode_route_q9_short", spec_of(32, 2, 16, 64, {{9, 517}}, Selection::kRandom, 33), true, false, false);
+  route("decode_route_q3_page32", spec_of(16, 1, 16, 32, {{3, 700}}, Selection::kClustered, 34), false, true, false);
   // Routed both ways with sinks: the union kernel's rows final, the combine's the others.
   Case mixed_sinks = mixed;
   mixed_sinks.name = "page128_g16_random_mixed_sinks_auto";
@@ -247,7 +268,9 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
                                           w.total_q, max_k_len, s.h_kv, s.group(), s.topk)
                                     : msa::cuda::plan_free_queries_per_tile(nullptr, nullptr, b_count, w.total_q,
                                                                             max_k_len, s.h_kv, s.group(), s.topk);
-    EXPECT_EQ(free_q > 0, c.union_only) << c.name;
+    const bool routed = msa::cuda::prefill_as_decode(b_count, w.total_q, max_k_len);
+    EXPECT_EQ(routed, c.decode_route) << c.name;
+    if (!routed) EXPECT_EQ(free_q > 0, c.union_only) << c.name;
     if (c.free_queries > 0) {
       EXPECT_EQ(free_q, c.free_queries) << c.name;
     }

@@ -73,19 +73,7 @@ class DecodeCuda final : public SparseDecode::Impl {
     if (options.strict) strict_check(args, stream);
     if (geo_.total_q == 0) return;  // no request: nothing to write
 
-    const prefill_sm90::AttentionParams attn = decode_attention_params(shape, args, geo_, ws_);
-    // Building the TMA descriptors is the last thing that may throw, before any launch.
-    const prefill_sm90::PrefillTma tma = prefill_sm90::make_prefill_tma(attn, args.q.dtype, args.kv.k.dtype, shape.d);
-    const DType q_dtype = args.q.dtype;
-    dispatch_decode(q_dtype, args.kv.k.dtype, shape.d, [&]<DType kKvDtype, int kHeadDim>() {
-      launch_tile_union<kKvDtype, kHeadDim, TileUnionUse::kDecode>(decode_tile_union_params(attn, args, geo_), tma,
-                                                                   sm_count_, stream);
-      if (geo_.splits == 1) return;  // the kernel wrote out and lse itself
-      // The partials are in q's dtype (bf16 with FP8 K/V).
-      const CombineParams c = decode_combine_params(shape, args, geo_, ws_);
-      dispatch_combine(q_dtype, kHeadDim,
-                       [&]<DType kDtype, int kD>() { launch_combine<kDtype, kD>(c, sm_count_, stream, true); });
-    });
+    launch_decode(shape, args, geo_, ws_, sm_count_, stream);
   }
 
  private:
@@ -116,6 +104,23 @@ class DecodeCuda final : public SparseDecode::Impl {
 };
 
 }  // namespace
+
+void launch_decode(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g, const DecodeWorkspace& w,
+                   int sm_count, cudaStream_t stream) {
+  const prefill_sm90::AttentionParams attn = decode_attention_params(shape, a, g, w);
+  // Building the TMA descriptors is the last thing that may throw, before any launch.
+  const prefill_sm90::PrefillTma tma = prefill_sm90::make_prefill_tma(attn, a.q.dtype, a.kv.k.dtype, shape.d);
+  const DType q_dtype = a.q.dtype;
+  dispatch_decode(q_dtype, a.kv.k.dtype, shape.d, [&]<DType kKvDtype, int kHeadDim>() {
+    launch_tile_union<kKvDtype, kHeadDim, TileUnionUse::kDecode>(decode_tile_union_params(attn, a, g), tma, sm_count,
+                                                                 stream);
+    if (g.splits == 1) return;  // the kernel wrote out and lse itself
+    // The partials are in q's dtype (bf16 with FP8 K/V).
+    const CombineParams c = decode_combine_params(shape, a, g, w);
+    dispatch_combine(q_dtype, kHeadDim,
+                     [&]<DType kDtype, int kD>() { launch_combine<kDtype, kD>(c, sm_count, stream, true); });
+  });
+}
 
 std::unique_ptr<SparseDecode::Impl> make_decode() { return std::make_unique<DecodeCuda>(); }
 

@@ -15,6 +15,8 @@
 #include "cuda/prefill/sm90/tile_union/params.h"
 #include "msa/decode.h"
 
+#include <cuda_runtime.h>
+
 namespace msa::cuda {
 
 // A split is worth its fixed cost (union build, Q load, a partial per row) only with this many
@@ -68,5 +70,12 @@ prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::Atten
 // The merge of every row's `splits` partials (null split counts: all rows have all slots).
 CombineParams decode_combine_params(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g,
                                     const DecodeWorkspace& w);
+
+// The decode step's launches (the one dispatch point of the decode; decode.cpp): the tile-union
+// kernel over the pairs and, when they split, the combine. Validated arguments; builds the TMA
+// descriptors (the last thing that may throw) before launching anything. Also run by the
+// prefill for a batch of one request of at most 16 queries (prefill.cpp).
+void launch_decode(const AttentionShape& shape, const DecodeArgs& a, const DecodeGeometry& g, const DecodeWorkspace& w,
+                   int sm_count, cudaStream_t stream);
 
 }  // namespace msa::cuda

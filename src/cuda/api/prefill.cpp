@@ -14,6 +14,7 @@
 #include "core/plan_inputs.h"
 #include "core/tile_route.h"
 #include "core/validate.h"
+#include "cuda/api/decode_params.h"
 #include "cuda/api/device.h"
 #include "cuda/api/dispatch.h"
 #include "cuda/api/host_mirrors.h"
@@ -132,7 +133,15 @@ class PrefillCuda final : public SparsePrefill::Impl {
     const std::int32_t* host_cu = host_batch ? info.cu_q.data() : nullptr;
     const std::int32_t* host_k_len = host_batch ? info.k_len.data() : nullptr;
     union_q_per_tile_ = tile_union_queries_per_tile(shape.group(), shape.topk);
-    if (options.prefill_path == PrefillPath::kTileUnion) {
+    // One request of at most 16 queries (prefill_as_decode): a decode step of Q = total_q on the
+    // same tensors (head-major top-k, k_len as seq_len). plan() then builds nothing.
+    decode_route_ = automatic && union_readable && prefill_as_decode(b_count, total_q, max_k_len);
+    if (decode_route_) {
+      decode_geo_ = decode_geometry(shape, 1, static_cast<int>(total_q), max_k_len);
+      decode_ws_ = decode_workspace(shape, decode_geo_, ws_.decode);
+      MSA_ASSERT(decode_ws_.bytes <= ws_.decode_bytes);
+      union_only_ = false;
+    } else if (options.prefill_path == PrefillPath::kTileUnion) {
       union_only_ = true;
       union_q_per_tile_ =
           forced_union_queries_per_tile(host_cu, host_k_len, b_count, total_q, max_k_len, shape.group(), shape.topk);
@@ -144,7 +153,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       union_only_ = free_q > 0;
       if (union_only_) union_q_per_tile_ = free_q;
     }
-    routed_ = automatic && !union_only_ && total_q > 0 && union_readable;
+    routed_ = automatic && !decode_route_ && !union_only_ && total_q > 0 && union_readable;
     // plan_snapshot() of a plan that built nothing rebuilds it on the host from these.
     planned_topk_ = TensorView::strided(const_cast<std::int32_t*>(in.topk), DType::kInt32,
                                         {shape.h_kv, total_q, shape.topk},
@@ -174,7 +183,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       rp.combine_count = ws_.combine_count;
       in.route = &rp;  // the planner routes first (in its own head CTAs on the small path)
     }
-    if (!union_only_) build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
+    if (!union_only_ && !decode_route_) build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
 
     if (sm_count_ == 0) sm_count_ = current_sm_count();
     if (l2_bytes_ == 0) l2_bytes_ = current_l2_bytes();
@@ -233,6 +242,21 @@ class PrefillCuda final : public SparsePrefill::Impl {
     // rows, lengths) on host copies, before anything is launched.
     if (options.strict) strict_run_check(a, stream);
     if (planned_total_q_ == 0) return;  // no query: nothing to write
+    if (decode_route_) {
+      DecodeArgs d;
+      d.q = a.q;
+      d.kv = a.kv;
+      d.seq_len = a.batch.k_len;
+      d.topk = a.topk;
+      d.topk_head_major = true;
+      d.q_per_request = static_cast<int>(planned_total_q_);
+      d.sinks = a.sinks;
+      d.out = a.out;
+      d.lse = a.lse;
+      check_cuda_decode(d);
+      launch_decode(shape, d, decode_geo_, decode_ws_, sm_count_, stream);
+      return;
+    }
 
     // The tile-union kernel's rows are final: it writes them to out and lse itself, sinks
     // applied, and the combine leaves them alone.
@@ -290,12 +314,12 @@ class PrefillCuda final : public SparsePrefill::Impl {
     });
   }
 
-  // With every tile on the tile-union kernel plan() built nothing: the plan that run() follows
-  // is the host builder's with every tile routed (no edge, split count 1), from the planned
-  // batch and top-k read back.
+  // With every tile on the tile-union kernel (or a decode step) plan() built nothing: the plan
+  // that run() follows is the host builder's with every tile routed (no edge, split count 1),
+  // from the planned batch and top-k read back.
   K2qCsr plan_snapshot() const override {
     MSA_REQUIRE(planned_, "plan", "none", "call plan() before plan_snapshot()");
-    if (!union_only_) return k2q_device_snapshot(ws_.k2q_geo, ws_.k2q, plan_stream_);
+    if (!union_only_ && !decode_route_) return k2q_device_snapshot(ws_.k2q_geo, ws_.k2q, plan_stream_);
     HostMirrors m;  // (an empty view is not copied: labelled host, nothing of it is read)
     const VarlenBatch batch{as_host(m.mirror(planned_cu_, plan_stream_)),
                             as_host(m.mirror(planned_k_len_, plan_stream_))};
@@ -360,6 +384,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
   PlanInputs inputs_;
   bool routed_ = false;      // plan() routed tiles into ws_.union_* (PrefillPath::kAuto)
   bool union_only_ = false;  // every tile on the tile-union kernel: plan() built nothing
+  bool decode_route_ = false;  // one request of <= 16 queries run as a decode step: nothing built
+  DecodeGeometry decode_geo_{};
+  DecodeWorkspace decode_ws_{};
   int union_q_per_tile_ = 0;   // queries per tile of the union kernel's launch (routed: the routing's)
   int union_group_heads_ = 0;  // a plan-free launch's tile order (tile_of_rank_grouped)
   long long l2_bytes_ = 0;

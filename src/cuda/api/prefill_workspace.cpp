@@ -1,9 +1,11 @@
 #include "cuda/api/prefill_workspace.h"
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
 #include "core/check.h"
+#include "cuda/api/decode_params.h"
 #include "cuda/plan/tile_route.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 
@@ -43,6 +45,17 @@ PrefillWorkspace prefill_workspace(const AttentionShape& shape, const ProblemSiz
     w.union_count = arena.take<std::int32_t>(1);
     w.combine_list = arena.take<std::int32_t>(static_cast<std::size_t>(w.tiles));
     w.combine_count = arena.take<std::int32_t>(1);
+    // The decode route's partials (decode_workspace) at their most: kDecodeMaxSplits splits of
+    // every row of up to kPrefillDecodeMaxQueries queries, so that every problem this one bounds
+    // fits, whatever its split. A closed form: the decode's own sizing took 3.4 us of host time
+    // at every plan.
+    if (problem.batch >= 1) {
+      const auto rows = static_cast<std::size_t>(kDecodeMaxSplits) *
+                        static_cast<std::size_t>(std::min<std::int64_t>(kPrefillDecodeMaxQueries, problem.total_q)) *
+                        static_cast<std::size_t>(shape.h_q);
+      w.decode_bytes = Arena::round_up(rows * static_cast<std::size_t>(shape.d) * 2) + Arena::round_up(rows * 4);
+      w.decode = arena.take_bytes(w.decode_bytes);
+    }
   }
   w.bytes = arena.bytes();
   return w;

@@ -1,7 +1,7 @@
 // The CUDA sparse prefill's workspace: one layout, taken from an Arena in this order (each piece
 // 256-byte aligned; docs/layouts.md): the device planner's buffers, o_partial, lse_partial (both
 // but with PrefillPath::kTileUnion), staging copies of CPU batch / top-k tensors, and the
-// PrefillPath::kAuto tile routing.
+// PrefillPath::kAuto tile routing and decode route.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +9,7 @@
 
 #include "cuda/common/workspace.h"
 #include "cuda/plan/k2q_device.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/options.h"
 #include "msa/plan.h"
 #include "msa/shapes.h"
@@ -30,6 +31,11 @@ struct PrefillWorkspace {
   std::int32_t* union_count = nullptr;  // [1]
   std::int32_t* combine_list = nullptr;   // [tiles] the other tiles (the combine merges their rows)
   std::int32_t* combine_count = nullptr;  // [1]
+  // PrefillPath::kAuto: a batch of one request of at most kPrefillDecodeMaxQueries queries runs
+  // as a decode step (prefill.cpp); its workspace (decode_workspace), sized for every such
+  // problem that this one bounds. Absent (null, 0) otherwise.
+  void* decode = nullptr;
+  std::size_t decode_bytes = 0;
   std::size_t bytes = 0;  // the whole layout
 };
 

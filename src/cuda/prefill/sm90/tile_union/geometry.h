@@ -85,6 +85,19 @@ inline bool wide_tiles_fit(const std::int32_t* cu_seqlens_q, const std::int32_t*
                          kTileUnionMaxVisibleBlocks);
 }
 
+// PrefillPath::kAuto runs a call of one request of 1..kPrefillDecodeMaxQueries queries (the
+// decode's largest Q) on more than kPrefillDecodeMinBlocks blocks (max_k_len: the plan's bound),
+// whose top-k rows the kernel can read, as a decode step of Q = total_q (cuda/api/prefill.cpp):
+// the decode splits each KV head's union over the GPU, where the plan-free tiles, one a KV head,
+// would each stream every block alone. On up to 4 blocks those tiles were as fast or 1-5 us
+// faster than the split and its combine (docs/performance.md, step 68). Host-known sizes only.
+inline constexpr int kPrefillDecodeMaxQueries = 16;
+inline constexpr int kPrefillDecodeMinBlocks = 4;
+constexpr bool prefill_as_decode(std::int64_t batch, std::int64_t total_q, std::int64_t max_k_len) {
+  return batch == 1 && total_q >= 1 && total_q <= kPrefillDecodeMaxQueries &&
+         max_k_len > std::int64_t{kPrefillDecodeMinBlocks} * kBlockSize;
+}
+
 // PrefillPath::kAuto without a device plan (every tile on the union kernel): the queries per
 // tile of such a call, or 0 when the call is routed instead. Tiles of tile_union_free_queries
 // where the cost model takes them and every tile's union fits the list, else the routed tiles'
