@@ -290,6 +290,7 @@ class Pipeline {
       const auto b_count = static_cast<int>(o_.requests.size());
       if (opt.prefill_path == PrefillPath::kTileUnion ||
           cuda::prefill_as_decode(b_count, prefill_.total_q, score_cols(prefill_) * kBlockSize) ||
+          cuda::prefill_split_union(b_count, prefill_.total_q, score_cols(prefill_) * kBlockSize) ||
           cuda::plan_free_queries_per_tile(nullptr, nullptr, b_count, prefill_.total_q,
                                            score_cols(prefill_) * kBlockSize, shape_.h_kv, shape_.group(),
                                            shape_.topk) > 0)

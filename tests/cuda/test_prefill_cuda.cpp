@@ -51,6 +51,7 @@ struct Case {
   bool host_batch = false;   // plan() from the CPU batch tensors (else device ones + a bound)
   bool no_lse = false;       // run() without the optional lse
   bool decode_route = false;  // kAuto must run it as a decode step (prefill_as_decode, checked)
+  bool split_union = false;   // kAuto must split the union tiles (prefill_split_union, checked)
 };
 // Test names in CTest and gtest output: the case name, not the struct bytes.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -207,6 +208,27 @@ std::vector<Case> cases() {
         true);
   route("decode_route_q9_short", spec_of(32, 2, 16, 64, {{9, 517}}, Selection::kRandom, 33), true, false, false);
   route("decode_route_q3_page32", spec_of(16, 1, 16, 32, {{3, 700}}, Selection::kClustered, 34), false, true, false);
+  // Several requests of 1..16 queries in all on kAuto: the union kernel's tiles split over
+  // their unions, then the combine (tiles spanning requests, q_len 0, G = 1..16, top-k 3..32).
+  const auto split = [&](const std::string& name, WorkloadSpec spec, bool sinks, bool host, bool hostile) {
+    Case r{name, std::move(spec)};
+    r.path = msa::PrefillPath::kAuto;
+    r.split_union = true;
+    r.spec.sinks = sinks;
+    r.host_batch = host;
+    r.adversarial = hostile;
+    r.future_ids = hostile;
+    c.push_back(r);
+  };
+  split("split_union_4x1_sinks",
+        spec_of(64, 4, 16, 128, {{1, 20000}, {1, 9000}, {1, 700}, {1, 30000}}, Selection::kRandom, 40), true, false,
+        false);
+  split("split_union_mixed_host_page16",
+        spec_of(16, 2, 7, 16, {{5, 3000}, {0, 800}, {11, 1000}}, Selection::kRandom, 41), false, true, false);
+  split("split_union_g1_flat_hostile", spec_of(4, 4, 32, 0, {{3, 1000}, {2, 600}, {9, 4000}}, Selection::kRandom, 42),
+        false, false, true);
+  split("split_union_topk3_page64", spec_of(32, 2, 3, 64, {{8, 700}, {8, 5000}}, Selection::kClustered, 43), true, true,
+        false);
   // Routed both ways with sinks: the union kernel's rows final, the combine's the others.
   Case mixed_sinks = mixed;
   mixed_sinks.name = "page128_g16_random_mixed_sinks_auto";
@@ -270,7 +292,9 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
                                                                             max_k_len, s.h_kv, s.group(), s.topk);
     const bool routed = msa::cuda::prefill_as_decode(b_count, w.total_q, max_k_len);
     EXPECT_EQ(routed, c.decode_route) << c.name;
-    if (!routed) EXPECT_EQ(free_q > 0, c.union_only) << c.name;
+    const bool split = !routed && msa::cuda::prefill_split_union(b_count, w.total_q, max_k_len);
+    EXPECT_EQ(split, c.split_union) << c.name;
+    if (!routed && !split) EXPECT_EQ(free_q > 0, c.union_only) << c.name;
     if (c.free_queries > 0) {
       EXPECT_EQ(free_q, c.free_queries) << c.name;
     }

@@ -136,7 +136,18 @@ class PrefillCuda final : public SparsePrefill::Impl {
     // One request of at most 16 queries (prefill_as_decode): a decode step of Q = total_q on the
     // same tensors (head-major top-k, k_len as seq_len). plan() then builds nothing.
     decode_route_ = automatic && union_readable && prefill_as_decode(b_count, total_q, max_k_len);
-    if (decode_route_) {
+    // A few queries of several requests (prefill_split_union): the union kernel's routed tiles,
+    // each split over its union into the partials' slots, and the combine; nothing built.
+    split_union_ = automatic && union_readable && !decode_route_ && prefill_split_union(b_count, total_q, max_k_len);
+    if (split_union_) {
+      // As the decode splits: about one wave of CTAs, at most kDecodeMaxSplits a pair and no
+      // more than the partials' slots (topk) or the bound's blocks.
+      const std::int64_t pairs = shape.h_kv * tiles_per_head(total_q, union_q_per_tile_);
+      const std::int64_t blocks = (max_k_len + kBlockSize - 1) / kBlockSize;
+      union_splits_ = static_cast<int>(std::clamp<std::int64_t>(
+          kDecodeCtaTarget / pairs, 1, std::min<std::int64_t>({kDecodeMaxSplits, shape.topk, blocks})));
+      union_only_ = false;
+    } else if (decode_route_) {
       decode_geo_ = decode_geometry(shape, 1, static_cast<int>(total_q), max_k_len);
       decode_ws_ = decode_workspace(shape, decode_geo_, ws_.decode);
       MSA_ASSERT(decode_ws_.bytes <= ws_.decode_bytes);
@@ -153,7 +164,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       union_only_ = free_q > 0;
       if (union_only_) union_q_per_tile_ = free_q;
     }
-    routed_ = automatic && !decode_route_ && !union_only_ && total_q > 0 && union_readable;
+    routed_ = automatic && !decode_route_ && !split_union_ && !union_only_ && total_q > 0 && union_readable;
     // plan_snapshot() of a plan that built nothing rebuilds it on the host from these.
     planned_topk_ = TensorView::strided(const_cast<std::int32_t*>(in.topk), DType::kInt32,
                                         {shape.h_kv, total_q, shape.topk},
@@ -183,7 +194,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
       rp.combine_count = ws_.combine_count;
       in.route = &rp;  // the planner routes first (in its own head CTAs on the small path)
     }
-    if (!union_only_ && !decode_route_) build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
+    if (!union_only_ && !decode_route_ && !split_union_) build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);
 
     if (sm_count_ == 0) sm_count_ = current_sm_count();
     if (l2_bytes_ == 0) l2_bytes_ = current_l2_bytes();
@@ -229,8 +240,8 @@ class PrefillCuda final : public SparsePrefill::Impl {
                 a.lse.present() ? std::to_string(a.lse.stride[0]) + ", " + std::to_string(a.lse.stride[1]) : "",
                 "lse must be contiguous [total_q, h_q]");
     check_cuda_prefill(shape, a, planned_total_q_);
-    const bool use_union = union_only_ || routed_;
-    const bool use_block_major = !union_only_;
+    const bool use_union = union_only_ || routed_ || split_union_;
+    const bool use_block_major = !union_only_ && !split_union_;
     MSA_REQUIRE(!use_union || a.topk.stride[2] == 1, "topk.stride[2]", std::to_string(a.topk.stride[2]),
                 "the tile-union prefill reads top-k rows with a contiguous last dim");
     const int q_per_tile = union_q_per_tile_;
@@ -258,10 +269,10 @@ class PrefillCuda final : public SparsePrefill::Impl {
       return;
     }
 
-    // The tile-union kernel's rows are final: it writes them to out and lse itself, sinks
-    // applied, and the combine leaves them alone.
+    // The tile-union kernel's rows are final (but for split tiles): it writes them to out and
+    // lse itself, sinks applied, and the combine leaves them alone.
     prefill_sm90::AttentionParams attn = attention_params(shape, a, planned_total_q_, ws_);
-    if (use_union) {
+    if (use_union && !split_union_) {
       attn.out = a.out.data;
       attn.stride_out_token = a.out.stride[0];
       attn.stride_out_head = a.out.stride[1];
@@ -290,27 +301,36 @@ class PrefillCuda final : public SparsePrefill::Impl {
     c.group = shape.group();
     c.topk = shape.topk;
     c.uniform_count = 1;  // unused: split_counts is given
+    if (split_union_) {   // every row's union_splits_ slots
+      c.split_counts = nullptr;
+      c.uniform_count = union_splits_;
+    }
     c.out_fp16 = a.out.dtype == DType::kFP16;
     // Every tile on the union kernel (kTileUnion, or kAuto with union_only_): that kernel alone,
     // writing out and lse. kBlockMajor: the block-major kernel, then the combine. kAuto routed
     // in plan(): the union kernel takes the tiles on the plan's list and writes their rows'
     // results; the block-major kernel takes the plan's work items, which leave those rows out,
-    // and the combine merges the other rows' slots.
+    // and the combine merges the other rows' slots. kAuto split (prefill_split_union): the union
+    // kernel over every tile, each split union_splits_ ways into the partials' first slots, then
+    // the combine over every row.
     dispatch_prefill(a.q.dtype, shape.d, [&]<DType kDtype, int kHeadDim>() {
       if (use_union) {
         prefill_sm90::TileUnionParams u =
             tile_union_params(attn, a, planned_batch_, q_per_tile, union_group_heads_,
                               routed_ ? ws_.union_list : nullptr, routed_ ? ws_.union_count : nullptr);
-        u.direct = true;
+        u.direct = !split_union_;
+        if (split_union_) {
+          u.splits = union_splits_;
+          u.tiles *= union_splits_;
+        }
         if (q_per_tile > kTileUnionNarrowQueries)  // wide tiles (plan-free, G <= 3)
           launch_tile_union<kDtype, kHeadDim, TileUnionUse::kWidePrefill>(u, tma, sm_count_, stream);
         else
           launch_tile_union<kDtype, kHeadDim, TileUnionUse::kPrefill>(u, tma, sm_count_, stream);
       }
-      if (use_block_major) {
-        launch_block_major<kDtype, kHeadDim>(block_major_params(attn, ws_), tma, sm_count_, stream);
+      if (use_block_major) launch_block_major<kDtype, kHeadDim>(block_major_params(attn, ws_), tma, sm_count_, stream);
+      if (use_block_major || split_union_)
         launch_combine<kDtype, kHeadDim>(c, sm_count_, stream, /*programmatic=*/true);
-      }
     });
   }
 
@@ -319,7 +339,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
   // from the planned batch and top-k read back.
   K2qCsr plan_snapshot() const override {
     MSA_REQUIRE(planned_, "plan", "none", "call plan() before plan_snapshot()");
-    if (!union_only_ && !decode_route_) return k2q_device_snapshot(ws_.k2q_geo, ws_.k2q, plan_stream_);
+    if (!union_only_ && !decode_route_ && !split_union_) return k2q_device_snapshot(ws_.k2q_geo, ws_.k2q, plan_stream_);
     HostMirrors m;  // (an empty view is not copied: labelled host, nothing of it is read)
     const VarlenBatch batch{as_host(m.mirror(planned_cu_, plan_stream_)),
                             as_host(m.mirror(planned_k_len_, plan_stream_))};
@@ -385,6 +405,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
   bool routed_ = false;      // plan() routed tiles into ws_.union_* (PrefillPath::kAuto)
   bool union_only_ = false;  // every tile on the tile-union kernel: plan() built nothing
   bool decode_route_ = false;  // one request of <= 16 queries run as a decode step: nothing built
+  bool split_union_ = false;   // a few queries of several requests: the union kernel's tiles split
+                               // union_splits_ ways, then the combine; nothing built
+  int union_splits_ = 1;
   DecodeGeometry decode_geo_{};
   DecodeWorkspace decode_ws_{};
   int union_q_per_tile_ = 0;   // queries per tile of the union kernel's launch (routed: the routing's)

@@ -98,6 +98,17 @@ constexpr bool prefill_as_decode(std::int64_t batch, std::int64_t total_q, std::
          max_k_len > std::int64_t{kPrefillDecodeMinBlocks} * kBlockSize;
 }
 
+// PrefillPath::kAuto runs a call of two or more requests with 1..kPrefillSplitUnionMaxQueries
+// queries in all, on more than kPrefillDecodeMinBlocks blocks (the plan's bound), without a
+// plan: the union kernel's routed tiles (tile_union_queries_per_tile), each split over its union
+// as the decode splits a pair, and the combine merging every row's splits
+// (cuda/api/prefill.cpp). Host-known sizes only.
+inline constexpr int kPrefillSplitUnionMaxQueries = 16;
+constexpr bool prefill_split_union(std::int64_t batch, std::int64_t total_q, std::int64_t max_k_len) {
+  return batch >= 2 && total_q >= 1 && total_q <= kPrefillSplitUnionMaxQueries &&
+         max_k_len > std::int64_t{kPrefillDecodeMinBlocks} * kBlockSize;
+}
+
 // PrefillPath::kAuto without a device plan (every tile on the union kernel): the queries per
 // tile of such a call, or 0 when the call is routed instead. Tiles of tile_union_free_queries
 // where the cost model takes them and every tile's union fits the list, else the routed tiles'
