@@ -188,47 +188,41 @@ std::vector<Case> cases() {
   nolse.host_batch = true;
   nolse.no_lse = true;
   c.push_back(nolse);
-  // One request of 1..16 queries on kAuto: a decode step (Q = total_q, head-major top-k), on
-  // long and short (5 blocks, no multiple of 128) lengths, page sizes 16-128 and flat,
-  // G = 1..16, top-k 7..32, host and device batches, sinks, hostile and unseen ids.
-  const auto route = [&](const std::string& name, WorkloadSpec spec, bool sinks, bool host, bool hostile) {
+  // Small calls on kAuto that plan nothing. One request of 1..16 queries: a decode step (Q =
+  // total_q, head-major top-k), on long and short (5 blocks, no multiple of 128) lengths, page
+  // sizes 16-128 and flat, G = 1..16, top-k 7..32, host and device batches, sinks, hostile and
+  // unseen ids. Several requests of 1..16 queries in all: the union kernel's tiles split over
+  // their unions, then the combine (tiles spanning requests, q_len 0, top-k 3..32).
+  enum class Small { kDecode, kSplit };
+  const auto small = [&](const std::string& name, Small kind, WorkloadSpec spec, bool sinks, bool host, bool hostile) {
     Case r{name, std::move(spec)};
     r.path = msa::PrefillPath::kAuto;
-    r.decode_route = true;
+    r.decode_route = kind == Small::kDecode;
+    r.split_union = kind == Small::kSplit;
     r.spec.sinks = sinks;
     r.host_batch = host;
     r.adversarial = hostile;
     r.future_ids = hostile;
     c.push_back(r);
   };
-  route("decode_route_q1_sinks", spec_of(64, 4, 16, 128, {{1, 20000}}, Selection::kRandom, 30), true, false, false);
-  route("decode_route_q16_host_page16", spec_of(16, 2, 7, 16, {{16, 3000}}, Selection::kRandom, 31), false, true,
+  const Small dec = Small::kDecode, split = Small::kSplit;
+  small("decode_route_q1_sinks", dec, spec_of(64, 4, 16, 128, {{1, 20000}}, Selection::kRandom, 30), true, false, false);
+  small("decode_route_q16_host_page16", dec, spec_of(16, 2, 7, 16, {{16, 3000}}, Selection::kRandom, 31), false, true,
         false);
-  route("decode_route_q5_g1_flat_hostile", spec_of(4, 4, 32, 0, {{5, 1000}}, Selection::kRandom, 32), false, false,
-        true);
-  route("decode_route_q9_short", spec_of(32, 2, 16, 64, {{9, 517}}, Selection::kRandom, 33), true, false, false);
-  route("decode_route_q3_page32", spec_of(16, 1, 16, 32, {{3, 700}}, Selection::kClustered, 34), false, true, false);
-  // Several requests of 1..16 queries in all on kAuto: the union kernel's tiles split over
-  // their unions, then the combine (tiles spanning requests, q_len 0, G = 1..16, top-k 3..32).
-  const auto split = [&](const std::string& name, WorkloadSpec spec, bool sinks, bool host, bool hostile) {
-    Case r{name, std::move(spec)};
-    r.path = msa::PrefillPath::kAuto;
-    r.split_union = true;
-    r.spec.sinks = sinks;
-    r.host_batch = host;
-    r.adversarial = hostile;
-    r.future_ids = hostile;
-    c.push_back(r);
-  };
-  split("split_union_4x1_sinks",
+  small("decode_route_q5_g1_flat_hostile", dec, spec_of(4, 4, 32, 0, {{5, 1000}}, Selection::kRandom, 32), false,
+        false, true);
+  small("decode_route_q9_short", dec, spec_of(32, 2, 16, 64, {{9, 517}}, Selection::kRandom, 33), true, false, false);
+  small("decode_route_q3_page32", dec, spec_of(16, 1, 16, 32, {{3, 700}}, Selection::kClustered, 34), false, true,
+        false);
+  small("split_union_4x1_sinks", split,
         spec_of(64, 4, 16, 128, {{1, 20000}, {1, 9000}, {1, 700}, {1, 30000}}, Selection::kRandom, 40), true, false,
         false);
-  split("split_union_mixed_host_page16",
+  small("split_union_mixed_host_page16", split,
         spec_of(16, 2, 7, 16, {{5, 3000}, {0, 800}, {11, 1000}}, Selection::kRandom, 41), false, true, false);
-  split("split_union_g1_flat_hostile", spec_of(4, 4, 32, 0, {{3, 1000}, {2, 600}, {9, 4000}}, Selection::kRandom, 42),
-        false, false, true);
-  split("split_union_topk3_page64", spec_of(32, 2, 3, 64, {{8, 700}, {8, 5000}}, Selection::kClustered, 43), true, true,
-        false);
+  small("split_union_g1_flat_hostile", split,
+        spec_of(4, 4, 32, 0, {{3, 1000}, {2, 600}, {9, 4000}}, Selection::kRandom, 42), false, false, true);
+  small("split_union_topk3_page64", split, spec_of(32, 2, 3, 64, {{8, 700}, {8, 5000}}, Selection::kClustered, 43),
+        true, true, false);
   // Routed both ways with sinks: the union kernel's rows final, the combine's the others.
   Case mixed_sinks = mixed;
   mixed_sinks.name = "page128_g16_random_mixed_sinks_auto";
