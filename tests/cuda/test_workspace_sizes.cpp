@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cuda/api/decode_params.h"
+#include "cuda/api/prefill_workspace.h"
 #include "msa/msa.h"
 
 namespace {
@@ -116,6 +117,26 @@ TEST(WorkspaceSizes, NeverShrinkAsTheProblemGrows) {
   }
   EXPECT_GT(split_decodes, 20);  // the smaller problems include split ones, which need bytes
   EXPECT_GT(split_indexers, 20);
+}
+
+// A prefill of one request of at most 16 queries runs as a decode step in a region of the
+// prefill's workspace (docs/layouts.md), sized by a closed form: it must hold the decode's own
+// need at every Q and bound that the problem holds, and never shrink as the problem grows.
+TEST(WorkspaceSizes, PrefillDecodeRegionHoldsEveryDecodeStep) {
+  std::mt19937_64 rng(68);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int h_kv = 1 << (rng() % 4), group = 1 << (rng() % 5);
+    const int topk = 1 + static_cast<int>(rng() % 32);
+    const msa::AttentionShape s{.h_q = h_kv * group, .h_kv = h_kv, .d = 128, .topk = topk};
+    const std::int64_t k = 513 + static_cast<std::int64_t>(rng() % (1 << 20));
+    const std::int64_t q = 1 + static_cast<std::int64_t>(rng() % 40);
+    const msa::cuda::PrefillWorkspace w = msa::cuda::prefill_workspace(s, {.batch = 1 + static_cast<std::int64_t>(rng() % 3), .total_q = q, .max_k_len = k}, cuda_options(), nullptr);
+    for (int qd = 1; qd <= std::min<std::int64_t>(q, 16); ++qd) {
+      const std::int64_t kd = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(k));
+      const std::size_t need = msa::cuda::decode_workspace(s, msa::cuda::decode_geometry(s, 1, qd, kd), nullptr).bytes;
+      EXPECT_LE(need, w.decode_bytes) << trial << " q " << qd << " k " << kd;
+    }
+  }
 }
 
 }  // namespace
