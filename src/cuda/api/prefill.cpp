@@ -139,18 +139,18 @@ class PrefillCuda final : public SparsePrefill::Impl {
     // A few queries of several requests (prefill_split_union): the union kernel's routed tiles,
     // each split over its union into the partials' slots, and the combine; nothing built.
     split_union_ = automatic && union_readable && !decode_route_ && prefill_split_union(b_count, total_q, max_k_len);
-    if (split_union_) {
+    if (decode_route_) {
+      decode_geo_ = decode_geometry(shape, 1, static_cast<int>(total_q), max_k_len);
+      decode_ws_ = decode_workspace(shape, decode_geo_, ws_.decode);
+      MSA_ASSERT(decode_ws_.bytes <= ws_.decode_bytes);
+      union_only_ = false;
+    } else if (split_union_) {
       // As the decode splits: about one wave of CTAs, at most kDecodeMaxSplits a pair and no
       // more than the partials' slots (topk) or the bound's blocks.
       const std::int64_t pairs = shape.h_kv * tiles_per_head(total_q, union_q_per_tile_);
       const std::int64_t blocks = (max_k_len + kBlockSize - 1) / kBlockSize;
       union_splits_ = static_cast<int>(std::clamp<std::int64_t>(
           kDecodeCtaTarget / pairs, 1, std::min<std::int64_t>({kDecodeMaxSplits, shape.topk, blocks})));
-      union_only_ = false;
-    } else if (decode_route_) {
-      decode_geo_ = decode_geometry(shape, 1, static_cast<int>(total_q), max_k_len);
-      decode_ws_ = decode_workspace(shape, decode_geo_, ws_.decode);
-      MSA_ASSERT(decode_ws_.bytes <= ws_.decode_bytes);
       union_only_ = false;
     } else if (options.prefill_path == PrefillPath::kTileUnion) {
       union_only_ = true;
