@@ -281,7 +281,7 @@ class Pipeline {
     // The CUDA planner under PrefillPath::kAuto routes tiles to the tile-union kernel first:
     // their rows are left out of the plan (the rule's CPU twin says which), or all of them
     // where the cost model, given the device batch's bound, skips the plan (plan_free_queries_per_tile)
-    // or the call runs as a decode step (prefill_as_decode: one request of at most 16 queries).
+    // or a small call plans nothing (prefill_as_decode, prefill_split_union: at most 16 queries).
     // Under PrefillPath::kTileUnion every tile goes there and nothing is planned.
     std::vector<std::uint8_t> flags;
     TileRoute route;

@@ -30,9 +30,7 @@ void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile,
   const std::int64_t choices =
       std::min<std::int64_t>(q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks);
   const std::int64_t entries = std::min(choices, std::int64_t(requests) * blocks);
-  const std::int64_t by_ctas = g.pairs > 0 ? kDecodeCtaTarget / g.pairs : 1;
-  g.splits = static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1,
-                                                       kDecodeMaxSplits));
+  g.splits = decode_splits(g.pairs, entries);
   g.ways = tile_union_decode_ways(std::int64_t(q_per_tile) * shape.group(), entries, g.splits);
   // The repeats of a request's queries in a tile (without a bound on seq_len they are unknown:
   // the plain kernel).
@@ -42,6 +40,12 @@ void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile,
 }
 
 }  // namespace
+
+int decode_splits(std::int64_t pairs, std::int64_t entries) {
+  const std::int64_t by_ctas = pairs > 0 ? kDecodeCtaTarget / pairs : 1;
+  return static_cast<int>(
+      std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1, kDecodeMaxSplits));
+}
 
 DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, int q_per_request,
                                std::int64_t max_seq_len) {

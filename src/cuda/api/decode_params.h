@@ -32,6 +32,12 @@ inline constexpr int kDecodeMaxSplits = 16;
 // results are bitwise identical across GPUs, and workspace_bytes() needs no GPU.
 inline constexpr int kDecodeCtaTarget = 132;
 
+// Splits per (KV head, query tile) pair: about one wave of kDecodeCtaTarget CTAs over `pairs`,
+// at least kDecodeMinEntriesPerSplit of a pair's `entries` (its union's bound) each, 1..
+// kDecodeMaxSplits. The decode's rule (decode_geometry), also the prefill's for its split small
+// calls (prefill.cpp).
+int decode_splits(std::int64_t pairs, std::int64_t entries);
+
 struct DecodeGeometry {
   std::int64_t batch = 0;    // B
   int q_per_request = 0;     // Q

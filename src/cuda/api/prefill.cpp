@@ -145,12 +145,11 @@ class PrefillCuda final : public SparsePrefill::Impl {
       MSA_ASSERT(decode_ws_.bytes <= ws_.decode_bytes);
       union_only_ = false;
     } else if (split_union_) {
-      // As the decode splits: about one wave of CTAs, at most kDecodeMaxSplits a pair and no
-      // more than the partials' slots (topk) or the bound's blocks.
+      // The decode's rule (a pair's entries taken at the bound's blocks), within the partials'
+      // slots (topk).
       const std::int64_t pairs = shape.h_kv * tiles_per_head(total_q, union_q_per_tile_);
       const std::int64_t blocks = (max_k_len + kBlockSize - 1) / kBlockSize;
-      union_splits_ = static_cast<int>(std::clamp<std::int64_t>(
-          kDecodeCtaTarget / pairs, 1, std::min<std::int64_t>({kDecodeMaxSplits, shape.topk, blocks})));
+      union_splits_ = std::min(decode_splits(pairs, blocks), shape.topk);
       union_only_ = false;
     } else if (options.prefill_path == PrefillPath::kTileUnion) {
       union_only_ = true;
@@ -334,9 +333,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
     });
   }
 
-  // With every tile on the tile-union kernel (or a decode step) plan() built nothing: the plan
-  // that run() follows is the host builder's with every tile routed (no edge, split count 1),
-  // from the planned batch and top-k read back.
+  // With every tile on the tile-union kernel (split or not, or a decode step) plan() built
+  // nothing: the plan that run() follows is the host builder's with every tile routed (no edge,
+  // split count 1), from the planned batch and top-k read back.
   K2qCsr plan_snapshot() const override {
     MSA_REQUIRE(planned_, "plan", "none", "call plan() before plan_snapshot()");
     if (!union_only_ && !decode_route_ && !split_union_) return k2q_device_snapshot(ws_.k2q_geo, ws_.k2q, plan_stream_);
