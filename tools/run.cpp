@@ -281,19 +281,21 @@ class Pipeline {
     // The CUDA planner under PrefillPath::kAuto routes tiles to the tile-union kernel first:
     // their rows are left out of the plan (the rule's CPU twin says which), or all of them
     // where the cost model, given the device batch's bound, skips the plan (plan_free_queries_per_tile)
-    // or a small call plans nothing (prefill_as_decode, prefill_split_union: at most 16 queries).
+    // or a small call plans nothing (prefill_as_decode, prefill_split_union, prefill_split_wide;
+    // the last where a call would plan otherwise, given the device batch's bound).
     // Under PrefillPath::kTileUnion every tile goes there and nothing is planned.
     std::vector<std::uint8_t> flags;
     TileRoute route;
     if (opt.backend == Backend::kCuda && opt.prefill_path != PrefillPath::kBlockMajor && prefill_.total_q > 0) {
       route.q_per_tile = cuda::tile_union_queries_per_tile(shape_.group(), shape_.topk);
       const auto b_count = static_cast<int>(o_.requests.size());
-      if (opt.prefill_path == PrefillPath::kTileUnion ||
-          cuda::prefill_as_decode(b_count, prefill_.total_q, score_cols(prefill_) * kBlockSize) ||
-          cuda::prefill_split_union(b_count, prefill_.total_q, score_cols(prefill_) * kBlockSize) ||
-          cuda::plan_free_queries_per_tile(nullptr, nullptr, b_count, prefill_.total_q,
-                                           score_cols(prefill_) * kBlockSize, shape_.h_kv, shape_.group(),
-                                           shape_.topk) > 0)
+      const std::int64_t bound = score_cols(prefill_) * kBlockSize;
+      const int free_q = cuda::plan_free_queries_per_tile(nullptr, nullptr, b_count, prefill_.total_q, bound,
+                                                          shape_.h_kv, shape_.group(), shape_.topk);
+      if (opt.prefill_path == PrefillPath::kTileUnion || cuda::prefill_as_decode(b_count, prefill_.total_q, bound) ||
+          cuda::prefill_split_union(b_count, prefill_.total_q, bound) || free_q > 0 ||
+          cuda::prefill_split_wide(nullptr, nullptr, b_count, prefill_.total_q, bound, shape_.h_kv, shape_.h_q,
+                                   shape_.d, shape_.topk, 0, 0))
         flags.assign(static_cast<std::size_t>(shape_.h_kv * tiles_per_head(prefill_.total_q, route.q_per_tile)), 1);
       else
         flags = route_tiles_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -156,6 +157,52 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
   // The critical path: the largest tile, run by one CTA, within the routed call's time.
   return walk_tile_bounds(cu_seqlens_q, k_len, batch, total_q, max_k_len, topk, q_per_tile, add) &&
          kUnionSms * union_path_cost(largest) <= kRoutedCallCost + heads * chosen;
+}
+
+namespace {
+
+// Distinct blocks that q queries choosing k of n blocks each, at random, are expected to touch.
+double expected_union(std::int64_t q, std::int64_t k, std::int64_t n) {
+  if (q <= 0 || n <= 0) return 0.0;
+  if (k >= n) return static_cast<double>(n);
+  return static_cast<double>(n) *
+         (1.0 - std::pow(1.0 - static_cast<double>(k) / static_cast<double>(n), static_cast<double>(q)));
+}
+
+}  // namespace
+
+bool split_union_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                       std::int64_t total_q, std::int64_t max_k_len, int h_kv, int h_q, int d, int topk,
+                       int q_per_tile) {
+  if (batch <= 0 || total_q <= 0 || h_kv <= 0 || h_q <= 0 || d <= 0 || topk <= 0 || q_per_tile <= 0) return false;
+  constexpr double kSplitBlockNs = 16.0, kBlockMajorBlockNs = 18.0, kBlockMajorEntryNs = 0.15,
+                   kBlockMajorPlanNs = 15000.0;
+  double tile_blocks = 0.0, request_blocks = 0.0, entries = 0.0;  // per KV head
+  // One request's q_len queries, packed from query q0, on kl keys.
+  const auto add = [&](std::int64_t q0, std::int64_t q_len, std::int64_t kl) {
+    const std::int64_t n = (std::max<std::int64_t>(kl, 0) + kBlockSize - 1) / kBlockSize;
+    const std::int64_t k = std::min<std::int64_t>(topk, n);
+    request_blocks += expected_union(q_len, k, n);
+    entries += static_cast<double>(q_len) * static_cast<double>(k);
+    // Its tiles' parts: up to the first tile boundary, whole tiles, the rest.
+    const std::int64_t head = std::min(q_len, (q_per_tile - q0 % q_per_tile) % q_per_tile);
+    const std::int64_t whole = (q_len - head) / q_per_tile, tail = q_len - head - whole * q_per_tile;
+    tile_blocks += expected_union(head, k, n) + static_cast<double>(whole) * expected_union(q_per_tile, k, n) +
+                   expected_union(tail, k, n);
+  };
+  if (cu_seqlens_q == nullptr || k_len == nullptr) {
+    add(0, total_q, max_k_len);
+  } else {
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t q0 = cu_seqlens_q[b], q1 = std::min<std::int64_t>(cu_seqlens_q[b + 1], total_q);
+      if (q1 > q0 && q0 >= 0) add(q0, q1 - q0, k_len[b]);
+    }
+  }
+  const double scale = static_cast<double>(d) / 128.0;
+  const double split = kSplitBlockNs * tile_blocks * h_kv * scale;
+  const double block_major =
+      kBlockMajorPlanNs + (kBlockMajorBlockNs * request_blocks * h_kv + kBlockMajorEntryNs * entries * h_q) * scale;
+  return split <= block_major;
 }
 
 int union_group_heads(std::int64_t kv_bytes_per_head, std::int64_t per_head, int h_kv, int ctas,

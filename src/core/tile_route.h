@@ -135,6 +135,22 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
 bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                      std::int64_t total_q, std::int64_t max_k_len, int topk, int q_per_tile, std::uint64_t max_union);
 
+// PrefillPath::kAuto's split small calls (cuda/prefill/sm90/tile_union/geometry.h,
+// prefill_split_union): true when the union kernel's routed tiles of q_per_tile queries, split
+// over their unions and merged by the combine, are estimated to cost no more than the
+// block-major call with its device plan. The estimate takes each request's queries as choosing
+// min(topk, blocks) of its ceil(k_len / 128) blocks at random, so that q of them are expected to
+// touch blocks * (1 - (1 - k / blocks)^q) distinct blocks. The split reads each tile's union
+// (a tile may hold the end of one request and the start of the next: their parts add), the
+// block-major call each request's union once, so a request of many queries on few blocks makes
+// its tiles read its blocks again and again. Times per KV head, fitted on the H200 at D = 128
+// (docs/performance.md, step 69) and scaled by d / 128: the split 16 ns per tile union block;
+// the block-major call 18 ns per request union block, 0.15 ns per (query head, top-k entry), and
+// 15 us for its plan. A device batch (null cu_seqlens_q / k_len) is taken as one request of all
+// total_q queries at max_k_len, the shape that makes its tiles read the most again.
+bool split_union_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                       std::int64_t total_q, std::int64_t max_k_len, int h_kv, int h_q, int d, int topk,
+                       int q_per_tile);
 // A top-k that bounds nothing: tile_unions_fit with it bounds each tile's visible blocks
 // (the blocks its last query of each request sees, summed over the requests).
 inline constexpr int kAnyTopk = 1 << 30;

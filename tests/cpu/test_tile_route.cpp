@@ -371,6 +371,71 @@ TEST(TileRoute, PlanFreeTilesHoldMoreQueriesAtSmallGroups) {
   }
 }
 
+// split_union_batch by hand at G = 16 (h_q 64, h_kv 4, top-16, tiles of 8 queries, d 128): one
+// request of q queries on 4096 tokens (32 blocks, 16 chosen of 32 each) touches 32 (1 - 2^-q)
+// blocks, about 32; a tile of 8, 32 (1 - 2^-8) = 31.875. At q = 256 the split reads 32 tiles,
+// 16 ns x 1020 x 4 = 65 280 ns, the block-major call 15 000 + 18 x 32 x 4 + 0.15 x 256 x 16 x 64
+// = 56 626: planned. At q = 128, 32 640 against 36 965: split.
+TEST(TileRoute, SplitUnionBatchByHand) {
+  using msa::split_union_batch;
+  const auto one = [](std::int32_t q, std::int32_t k_len, int h_kv, int h_q, int d) {
+    const std::vector<std::int32_t> cu = {0, q}, kl = {k_len};
+    return split_union_batch(cu.data(), kl.data(), 1, q, k_len, h_kv, h_q, d, 16,
+                             h_q / h_kv >= 8 ? 128 / (h_q / h_kv) : 32);
+  };
+  EXPECT_FALSE(one(256, 4096, 4, 64, 128));
+  EXPECT_TRUE(one(128, 4096, 4, 64, 128));
+  // At d = 64 every term but the plan halves: 32 640 against 15 000 + 21 965 / 2 at q = 256.
+  EXPECT_TRUE(one(256, 4096, 4, 64, 64));
+  // The device batch (no per-request sizes) is one request of total_q queries at max_k_len.
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 8, 256, 4096, 4, 64, 128, 16, 8));
+  EXPECT_TRUE(split_union_batch(nullptr, nullptr, 8, 128, 4096, 4, 64, 128, 16, 8));
+  // Eight requests of 32 on 4096 tokens: each its own 4 tiles, 8 x 4 x 31.875 x 16 x 4 = 65 280
+  // against 15 000 + 18 x 8 x 32 x 4 + 39 322 = 72 754: split, where one request of all 256
+  // queries was planned.
+  std::vector<std::int32_t> cu8(9), kl8(8, 4096);
+  for (int b = 0; b <= 8; ++b) cu8[static_cast<std::size_t>(b)] = 32 * b;
+  EXPECT_TRUE(split_union_batch(cu8.data(), kl8.data(), 8, 256, 4096, 4, 64, 128, 16, 8));
+  // The step-69 shapes the model was fitted on, far from its cut: 64 queries on a 16k prefix
+  // (their 8 tiles read its blocks again) planned, 32 split; four requests of 16 on 64k split,
+  // of 64 planned; at G = 1 (h_kv 64, 32-query tiles) one request of 64 on 64k planned.
+  EXPECT_FALSE(one(64, 16384, 4, 64, 128));
+  EXPECT_TRUE(one(32, 16384, 4, 64, 128));
+  const auto four = [](std::int32_t q, std::int32_t k_len) {
+    const std::vector<std::int32_t> cu = {0, q, 2 * q, 3 * q, 4 * q}, kl(4, k_len);
+    return split_union_batch(cu.data(), kl.data(), 4, 4 * q, k_len, 4, 64, 128, 16, 8);
+  };
+  EXPECT_TRUE(four(16, 65536));
+  EXPECT_FALSE(four(64, 65536));
+  EXPECT_FALSE(one(64, 65536, 64, 64, 128));
+  // Nothing to split, or no geometry: false.
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 0, 4096, 4, 64, 128, 16, 8));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 0, 16, 4096, 4, 64, 128, 16, 8));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 16, 4096, 4, 64, 128, 16, 0));
+}
+
+// prefill_split_wide's range and its two cases: calls of 17..1024 queries on more than 4 blocks;
+// a planned call by the cost model; a plan-free one only where its tiles are the routed ones and
+// the split count is 2 or more.
+TEST(TileRoute, PrefillSplitWideRule) {
+  using msa::cuda::prefill_split_wide;
+  const auto device = [](std::int64_t q, std::int64_t k_len, int free_q, int splits) {
+    return prefill_split_wide(nullptr, nullptr, 1, q, k_len, 4, 64, 128, 16, free_q, splits);
+  };
+  EXPECT_TRUE(device(32, 16384, 0, 4));
+  EXPECT_FALSE(device(16, 16384, 0, 4));  // the decode route's and prefill_split_union's range
+  EXPECT_FALSE(device(32, 512, 0, 4));    // 4 blocks
+  EXPECT_TRUE(device(32, 513, 0, 4));
+  EXPECT_FALSE(device(64, 16384, 0, 4));  // the cost model plans it
+  EXPECT_TRUE(device(32, 1024, 8, 2));    // plan-free, routed tiles, split
+  EXPECT_FALSE(device(32, 1024, 8, 1));   // a wave of tiles already
+  EXPECT_FALSE(device(32, 1024, 16, 4));  // wider plan-free tiles (G <= 3 at another group)
+  std::vector<std::int32_t> cu(1026), kl(1025, 20000);
+  for (int b = 0; b <= 1025; ++b) cu[static_cast<std::size_t>(b)] = b;
+  EXPECT_TRUE(prefill_split_wide(cu.data(), kl.data(), 1024, 1024, 20000, 4, 64, 128, 16, 0, 1));
+  EXPECT_FALSE(prefill_split_wide(cu.data(), kl.data(), 1025, 1025, 20000, 4, 64, 128, 16, 0, 1));  // past 1024
+}
+
 // Every tile size a prefill or decode call can choose, at every GQA group and top-k, fits the
 // instance it launches (the narrow one up to 32 queries and 512 top-k entries): at G = 4..7 with
 // a large top-k the plan-free tiles are the routed ones, not the M tile's fill (the random-shape

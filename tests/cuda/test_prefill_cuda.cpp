@@ -20,6 +20,7 @@
 #include "bench/workload.h"
 #include "core/tile_route.h"
 #include "cpu/reference.h"
+#include "cuda/api/decode_params.h"
 #include "cuda/instances.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
@@ -136,11 +137,13 @@ std::vector<Case> cases() {
       a.name += "_auto";
       a.path = msa::PrefillPath::kAuto;
       // One request on 700 tokens, the chunked batch at G = 3 in 42-query tiles, and G = 4 at
-      // top-31 in the routed 16-query tiles. (40
-      // requests on at most 702, from device tensors: planned, their bound, 32 requests of 6
-      // blocks in a tile, is too long for one CTA; likewise 90 requests at G = 1.)
+      // top-31 in the routed 16-query tiles. The 40 requests on at most 702 tokens (G = 4) and
+      // the 90 at G = 1, from device tensors, run split without a plan (prefill_split_wide:
+      // their plan-free tiles' bound, 32 requests of 6 blocks in a tile, is too long for one
+      // CTA, and a split costs less than the plan).
       a.union_only = a.name.find("hot_rows") != std::string::npos || a.name.find("g3_random") != std::string::npos ||
                      a.name.find("g4_topk31") != std::string::npos;
+      a.split_union = a.name.find("tiny_requests") != std::string::npos;
       if (a.name.find("g3_random") != std::string::npos) a.free_queries = 42;
       if (a.name.find("g4_topk31") != std::string::npos) a.free_queries = 16;
       c.push_back(a);
@@ -223,6 +226,23 @@ std::vector<Case> cases() {
         spec_of(4, 4, 32, 0, {{3, 1000}, {2, 600}, {9, 4000}}, Selection::kRandom, 42), false, false, true);
   small("split_union_topk3_page64", split, spec_of(32, 2, 3, 64, {{8, 700}, {8, 5000}}, Selection::kClustered, 43),
         true, true, false);
+  // Calls of 17..1024 queries that the cost model sends to the split tiles
+  // (prefill_split_wide): four requests of 16 with sinks on pages of 64 (host batch); one of 24
+  // queries (device batch, taken as one request at the bound); G = 8 at top-32, 20 queries in
+  // each of three requests on pages of 32 with hostile rows and unseen ids; G = 1 (tiles of 32
+  // queries spanning requests), flat K/V; and a plan-free call whose routed tiles are fewer than
+  // a wave (32 queries on 1024 tokens), split rather than run one CTA a tile.
+  small("split_wide_4x16_sinks_host", split,
+        spec_of(64, 4, 16, 64, {{16, 5000}, {16, 9000}, {16, 20000}, {16, 3000}}, Selection::kRandom, 44), true, true,
+        false);
+  small("split_wide_q24_device", split, spec_of(64, 4, 16, 128, {{24, 9000}}, Selection::kRandom, 45), false, false,
+        false);
+  small("split_wide_g8_topk32_hostile", split,
+        spec_of(32, 4, 32, 32, {{20, 12000}, {20, 7000}, {20, 15000}}, Selection::kRandom, 46), false, true, true);
+  small("split_wide_g1_flat", split, spec_of(8, 8, 16, 0, {{40, 6000}, {30, 4000}, {50, 8000}}, Selection::kRandom, 47),
+        true, true, false);
+  small("split_wide_plan_free_q32", split, spec_of(64, 4, 16, 128, {{32, 1024}}, Selection::kRandom, 48), false, false,
+        false);
   // Routed both ways with sinks: the union kernel's rows final, the combine's the others.
   Case mixed_sinks = mixed;
   mixed_sinks.name = "page128_g16_random_mixed_sinks_auto";
@@ -286,9 +306,17 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
                                                                             max_k_len, s.h_kv, s.group(), s.topk);
     const bool routed = msa::cuda::prefill_as_decode(b_count, w.total_q, max_k_len);
     EXPECT_EQ(routed, c.decode_route) << c.name;
-    const bool split = !routed && msa::cuda::prefill_split_union(b_count, w.total_q, max_k_len);
+    const std::int64_t pairs = s.h_kv * msa::tiles_per_head(w.total_q, q_per_tile);
+    const int splits = std::min(msa::cuda::decode_splits(pairs, (max_k_len + 127) / 128), s.topk);
+    const bool split =
+        !routed && (msa::cuda::prefill_split_union(b_count, w.total_q, max_k_len) ||
+                    msa::cuda::prefill_split_wide(c.host_batch ? w.cu_seqlens_q.data<std::int32_t>() : nullptr,
+                                                  c.host_batch ? w.k_len.data<std::int32_t>() : nullptr, b_count,
+                                                  w.total_q, max_k_len, s.h_kv, s.h_q, s.d, s.topk, free_q, splits));
     EXPECT_EQ(split, c.split_union) << c.name;
-    if (!routed && !split) EXPECT_EQ(free_q > 0, c.union_only) << c.name;
+    if (!routed && !split) {
+      EXPECT_EQ(free_q > 0, c.union_only) << c.name;
+    }
     if (c.free_queries > 0) {
       EXPECT_EQ(free_q, c.free_queries) << c.name;
     }

@@ -136,32 +136,37 @@ class PrefillCuda final : public SparsePrefill::Impl {
     // One request of at most 16 queries (prefill_as_decode): a decode step of Q = total_q on the
     // same tensors (head-major top-k, k_len as seq_len). plan() then builds nothing.
     decode_route_ = automatic && union_readable && prefill_as_decode(b_count, total_q, max_k_len);
-    // A few queries of several requests (prefill_split_union): the union kernel's routed tiles,
-    // each split over its union into the partials' slots, and the combine; nothing built.
+    // A small call split like the decode (prefill_split_union: a few queries of several
+    // requests; prefill_split_wide: up to 1024 queries where that is expected to cost less than
+    // the plan-free tiles or the plan and block-major run otherwise taken): the union kernel's
+    // routed tiles, each split over its union into the partials' slots (the decode's split rule,
+    // a pair's entries taken at the bound's blocks, within the topk slots), and the combine;
+    // nothing built.
+    const std::int64_t union_pairs = shape.h_kv * tiles_per_head(total_q, union_q_per_tile_);
+    const int splits = std::min(decode_splits(union_pairs, (max_k_len + kBlockSize - 1) / kBlockSize), shape.topk);
     split_union_ = automatic && union_readable && !decode_route_ && prefill_split_union(b_count, total_q, max_k_len);
+    // Every tile on the union kernel, without a plan: kTileUnion (forced), or kAuto where the
+    // routing's cost model takes it (plan_free_queries_per_tile).
+    int free_q = 0;
+    if (options.prefill_path == PrefillPath::kTileUnion)
+      free_q =
+          forced_union_queries_per_tile(host_cu, host_k_len, b_count, total_q, max_k_len, shape.group(), shape.topk);
+    else if (automatic && !decode_route_ && !split_union_ && total_q > 0 && union_readable)
+      free_q = plan_free_queries_per_tile(host_cu, host_k_len, b_count, total_q, max_k_len, shape.h_kv, shape.group(),
+                                          shape.topk);
+    if (automatic && union_readable && !decode_route_ && !split_union_)
+      split_union_ = prefill_split_wide(host_cu, host_k_len, b_count, total_q, max_k_len, shape.h_kv, shape.h_q,
+                                        shape.d, shape.topk, free_q, splits);
+    union_only_ = false;
     if (decode_route_) {
       decode_geo_ = decode_geometry(shape, 1, static_cast<int>(total_q), max_k_len);
       decode_ws_ = decode_workspace(shape, decode_geo_, ws_.decode);
       MSA_ASSERT(decode_ws_.bytes <= ws_.decode_bytes);
-      union_only_ = false;
     } else if (split_union_) {
-      // The decode's rule (a pair's entries taken at the bound's blocks), within the partials'
-      // slots (topk).
-      const std::int64_t pairs = shape.h_kv * tiles_per_head(total_q, union_q_per_tile_);
-      const std::int64_t blocks = (max_k_len + kBlockSize - 1) / kBlockSize;
-      union_splits_ = std::min(decode_splits(pairs, blocks), shape.topk);
-      union_only_ = false;
-    } else if (options.prefill_path == PrefillPath::kTileUnion) {
+      union_splits_ = splits;
+    } else if (free_q > 0) {
       union_only_ = true;
-      union_q_per_tile_ =
-          forced_union_queries_per_tile(host_cu, host_k_len, b_count, total_q, max_k_len, shape.group(), shape.topk);
-    } else {
-      const int free_q = automatic && total_q > 0 && union_readable
-                             ? plan_free_queries_per_tile(host_cu, host_k_len, b_count, total_q, max_k_len, shape.h_kv,
-                                                          shape.group(), shape.topk)
-                             : 0;
-      union_only_ = free_q > 0;
-      if (union_only_) union_q_per_tile_ = free_q;
+      union_q_per_tile_ = free_q;
     }
     routed_ = automatic && !decode_route_ && !split_union_ && !union_only_ && total_q > 0 && union_readable;
     // plan_snapshot() of a plan that built nothing rebuilds it on the host from these.

@@ -109,6 +109,30 @@ constexpr bool prefill_split_union(std::int64_t batch, std::int64_t total_q, std
          max_k_len > std::int64_t{kPrefillDecodeMinBlocks} * kBlockSize;
 }
 
+// The same split route for a call of kPrefillSplitUnionMaxQueries + 1 ..
+// kPrefillSplitUnionWideMaxQueries queries (any batch) on more than kPrefillDecodeMinBlocks
+// blocks, where it is expected to cost less than the path the call would take otherwise:
+// - a call that would plan (free_q = 0, plan_free_queries_per_tile's answer): where the cost
+//   model finds the split tiles no dearer than the block-major call and its plan
+//   (split_union_batch, core/tile_route.h; a request's tiles read its blocks again where it has
+//   many queries on few blocks);
+// - a plan-free call (free_q > 0): where its tiles are the routed ones (free_q, G >= 4) and
+//   fewer than a wave of CTAs, so that the split (splits >= 2, the count the route would take)
+//   spreads the same tiles' unions over more SMs.
+// Measured to 1024 queries (docs/performance.md, step 69). Host-known sizes only (a null
+// cu_seqlens_q / k_len: a device batch).
+inline constexpr int kPrefillSplitUnionWideMaxQueries = 1024;
+inline bool prefill_split_wide(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
+                               std::int64_t total_q, std::int64_t max_k_len, int h_kv, int h_q, int d, int topk,
+                               int free_q, int splits) {
+  if (total_q <= kPrefillSplitUnionMaxQueries || total_q > kPrefillSplitUnionWideMaxQueries ||
+      max_k_len <= std::int64_t{kPrefillDecodeMinBlocks} * kBlockSize || h_kv < 1 || h_q < h_kv)
+    return false;
+  const int routed = tile_union_queries_per_tile(h_q / h_kv, topk);
+  if (free_q > 0) return free_q == routed && splits >= 2;
+  return split_union_batch(cu_seqlens_q, k_len, batch, total_q, max_k_len, h_kv, h_q, d, topk, routed);
+}
+
 // PrefillPath::kAuto without a device plan (every tile on the union kernel): the queries per
 // tile of such a call, or 0 when the call is routed instead. Tiles of tile_union_free_queries
 // where the cost model takes them and every tile's union fits the list, else the routed tiles'
