@@ -191,7 +191,14 @@ bool split_union_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_l
                    expected_union(tail, k, n);
   };
   if (cu_seqlens_q == nullptr || k_len == nullptr) {
-    add(0, total_q, max_k_len);
+    // B requests of total_q / B queries (the first total_q % B one more), each at max_k_len.
+    const std::int64_t each = total_q / batch, more = total_q % batch;
+    std::int64_t q0 = 0;
+    for (std::int64_t b = 0; b < batch && q0 < total_q; ++b) {
+      const std::int64_t q = each + (b < more ? 1 : 0);
+      add(q0, q, max_k_len);
+      q0 += q;
+    }
   } else {
     for (std::int64_t b = 0; b < batch; ++b) {
       const std::int64_t q0 = cu_seqlens_q[b], q1 = std::min<std::int64_t>(cu_seqlens_q[b + 1], total_q);

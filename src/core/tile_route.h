@@ -146,8 +146,10 @@ bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len
 // its tiles read its blocks again and again. Times per KV head, fitted on the H200 at D = 128
 // (docs/performance.md, step 69) and scaled by d / 128: the split 16 ns per tile union block;
 // the block-major call 18 ns per request union block, 0.15 ns per (query head, top-k entry), and
-// 15 us for its plan. A device batch (null cu_seqlens_q / k_len) is taken as one request of all
-// total_q queries at max_k_len, the shape that makes its tiles read the most again.
+// 15 us for its plan. A device batch (null cu_seqlens_q / k_len) is taken as `batch` requests of
+// equal shares of total_q, each at max_k_len: a batch whose queries are mostly one request's may
+// then split where its host twin plans (one request of 64 queries on a 16k prefix beside empty
+// ones: 12 us slower, docs/performance.md step 69).
 bool split_union_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                        std::int64_t total_q, std::int64_t max_k_len, int h_kv, int h_q, int d, int topk,
                        int q_per_tile);

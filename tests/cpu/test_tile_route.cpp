@@ -387,15 +387,22 @@ TEST(TileRoute, SplitUnionBatchByHand) {
   EXPECT_TRUE(one(128, 4096, 4, 64, 128));
   // At d = 64 every term but the plan halves: 32 640 against 15 000 + 21 965 / 2 at q = 256.
   EXPECT_TRUE(one(256, 4096, 4, 64, 64));
-  // The device batch (no per-request sizes) is one request of total_q queries at max_k_len.
-  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 8, 256, 4096, 4, 64, 128, 16, 8));
-  EXPECT_TRUE(split_union_batch(nullptr, nullptr, 8, 128, 4096, 4, 64, 128, 16, 8));
   // Eight requests of 32 on 4096 tokens: each its own 4 tiles, 8 x 4 x 31.875 x 16 x 4 = 65 280
   // against 15 000 + 18 x 8 x 32 x 4 + 39 322 = 72 754: split, where one request of all 256
   // queries was planned.
   std::vector<std::int32_t> cu8(9), kl8(8, 4096);
   for (int b = 0; b <= 8; ++b) cu8[static_cast<std::size_t>(b)] = 32 * b;
   EXPECT_TRUE(split_union_batch(cu8.data(), kl8.data(), 8, 256, 4096, 4, 64, 128, 16, 8));
+  // A device batch (no per-request sizes) is taken as equal requests at max_k_len: 8 of 32 as
+  // above; 2 of 128 (the tiles read 1020 blocks a head again, the requests 64: 65 280 against
+  // 58 930) planned; one of 256 planned as the host request.
+  EXPECT_TRUE(split_union_batch(nullptr, nullptr, 8, 256, 4096, 4, 64, 128, 16, 8));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 2, 256, 4096, 4, 64, 128, 16, 8));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 256, 4096, 4, 64, 128, 16, 8));
+  // Shares differing by one query (a remainder): 3 requests of 86, 85 and 85.
+  EXPECT_EQ(split_union_batch(nullptr, nullptr, 3, 256, 4096, 4, 64, 128, 16, 8),
+            split_union_batch(std::vector<std::int32_t>{0, 86, 171, 256}.data(),
+                              std::vector<std::int32_t>{4096, 4096, 4096}.data(), 3, 256, 4096, 4, 64, 128, 16, 8));
   // The step-69 shapes the model was fitted on, far from its cut: 64 queries on a 16k prefix
   // (their 8 tiles read its blocks again) planned, 32 split; four requests of 16 on 64k split,
   // of 64 planned; at G = 1 (h_kv 64, 32-query tiles) one request of 64 on 64k planned.
