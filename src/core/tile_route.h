@@ -135,8 +135,8 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
 bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                      std::int64_t total_q, std::int64_t max_k_len, int topk, int q_per_tile, std::uint64_t max_union);
 
-// PrefillPath::kAuto's split small calls (cuda/prefill/sm90/tile_union/geometry.h,
-// prefill_split_union): true when the union kernel's routed tiles of q_per_tile queries, split
+// PrefillPath::kAuto's split small calls of 17..1024 queries (cuda/prefill/sm90/tile_union/
+// geometry.h, prefill_split_wide): true when the union kernel's routed tiles of q_per_tile queries, split
 // over their unions and merged by the combine, are estimated to cost no more than the
 // block-major call with its device plan. The estimate takes each request's queries as choosing
 // min(topk, blocks) of its ceil(k_len / 128) blocks at random, so that q of them are expected to

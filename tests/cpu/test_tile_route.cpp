@@ -436,7 +436,7 @@ TEST(TileRoute, PrefillSplitWideRule) {
   EXPECT_FALSE(device(64, 16384, 0, 4));  // the cost model plans it
   EXPECT_TRUE(device(32, 1024, 8, 2));    // plan-free, routed tiles, split
   EXPECT_FALSE(device(32, 1024, 8, 1));   // a wave of tiles already
-  EXPECT_FALSE(device(32, 1024, 16, 4));  // wider plan-free tiles (G <= 3 at another group)
+  EXPECT_FALSE(device(32, 1024, 16, 4));  // plan-free tiles of another size than the routed 8
   std::vector<std::int32_t> cu(1026), kl(1025, 20000);
   for (int b = 0; b <= 1025; ++b) cu[static_cast<std::size_t>(b)] = b;
   EXPECT_TRUE(prefill_split_wide(cu.data(), kl.data(), 1024, 1024, 20000, 4, 64, 128, 16, 0, 1));
