@@ -12,12 +12,15 @@
 
 #include "bench/compare.h"
 #include "bench/workload.h"
+#include "core/tile_route.h"
 #include "cpu/reference.h"
+#include "cuda/api/decode_params.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
+#include "tests/support/cuda_check.h"
 #include "tests/support/device_tensor.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/host_tensor.h"
-#include "tests/support/cuda_check.h"
 
 namespace {
 
@@ -352,6 +355,54 @@ TEST(HostileCuda, BatchBrokenOnTheDeviceAfterPlanStaysInBounds) {
     for (int rep = 0; rep < 20; ++rep) op.run(c.a, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaGetLastError());
+  }
+}
+
+// The split small calls (PrefillPath::kAuto without a plan: the union kernel's tiles split over
+// their unions, then the combine; prefill_split_union at 16 queries, prefill_split_wide at 32)
+// on a device batch changed after plan(): the batch of the test above (cu_seqlens_q out of order
+// and past total_q, a k_len below its q_len, top-k rows [0, 1, -1, ...]), and requests 0 and 2
+// overlapping (cu_seqlens_q [0, T, 0, T, T]). Results are unspecified; every run ends without a
+// CUDA error, and compute-sanitizer memcheck over HostileCuda makes any stray access fail.
+TEST(HostileCuda, SplitSmallCallsStayInBoundsOnBrokenDeviceBatches) {
+  MSA_SKIP_WITHOUT_GPU();
+  for (const int per : {4, 8}) {
+    WorkloadSpec spec = spec_of(128, {{per, 16000}, {per, 200}, {per, 200}, {per, 64}}, 47);
+    spec.shape = {.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
+    DeviceCase c(spec);
+    const std::int64_t total = 4 * per;
+    // The route plan() takes (as cuda/api/prefill.cpp decides it, from the device batch's bound).
+    const int q_per_tile = msa::cuda::tile_union_queries_per_tile(16, 16);
+    const int free_q = msa::cuda::plan_free_queries_per_tile(nullptr, nullptr, 4, total, c.max_k_len, 4, 16, 16);
+    const int splits =
+        std::min(msa::cuda::decode_splits(4 * msa::tiles_per_head(total, q_per_tile), (c.max_k_len + 127) / 128), 16);
+    ASSERT_TRUE(msa::cuda::prefill_split_union(4, total, c.max_k_len) ||
+                msa::cuda::prefill_split_wide(nullptr, nullptr, 4, total, c.max_k_len, 4, 64, 128, 16, free_q, splits))
+        << per;
+    HostTensor rows(msa::DType::kInt32, c.w.topk.shape());
+    auto* r = rows.data<std::int32_t>();
+    for (std::int64_t i = 0; i < rows.numel(); ++i)
+      r[i] = i % spec.shape.topk < 2 ? static_cast<std::int32_t>(i % spec.shape.topk) : -1;
+    const auto t = static_cast<std::int32_t>(total);
+    const std::vector<std::vector<std::int32_t>> broken_cu = {{0, 17000, 192, 0, 1}, {0, t, 0, t, t}};
+    const std::vector<std::vector<std::int32_t>> broken_kl = {{16000, 200, 200, 1}, {16000, 200, 200, 64}};
+    for (std::size_t k = 0; k < broken_cu.size(); ++k) {
+      HostTensor cu(msa::DType::kInt32, {5}), kl(msa::DType::kInt32, {4});
+      std::memcpy(cu.raw(), broken_cu[k].data(), 5 * sizeof(std::int32_t));
+      std::memcpy(kl.raw(), broken_kl[k].data(), 4 * sizeof(std::int32_t));
+      c.cu.upload(c.w.cu_seqlens_q);  // plan() sees the valid batch
+      c.kl.upload(c.w.k_len);
+      c.topk.upload(c.w.topk);
+      msa::SparsePrefill op(spec.shape, cuda_options(false));
+      op.plan(c.a.batch, c.a.topk, c.max_k_len, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      c.cu.upload(cu);
+      c.kl.upload(kl);
+      if (k == 0) c.topk.upload(rows);
+      for (int rep = 0; rep < 20; ++rep) op.run(c.a, nullptr);
+      CUDA_OK(cudaDeviceSynchronize()) << per << " " << k;
+      CUDA_OK(cudaGetLastError());
+    }
   }
 }
 
