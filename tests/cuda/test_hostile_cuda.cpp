@@ -12,7 +12,6 @@
 
 #include "bench/compare.h"
 #include "bench/workload.h"
-#include "core/tile_route.h"
 #include "cpu/reference.h"
 #include "cuda/api/decode_params.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
@@ -374,8 +373,7 @@ TEST(HostileCuda, SplitSmallCallsStayInBoundsOnBrokenDeviceBatches) {
     // The route plan() takes (as cuda/api/prefill.cpp decides it, from the device batch's bound).
     const int q_per_tile = msa::cuda::tile_union_queries_per_tile(16, 16);
     const int free_q = msa::cuda::plan_free_queries_per_tile(nullptr, nullptr, 4, total, c.max_k_len, 4, 16, 16);
-    const int splits =
-        std::min(msa::cuda::decode_splits(4 * msa::tiles_per_head(total, q_per_tile), (c.max_k_len + 127) / 128), 16);
+    const int splits = msa::cuda::prefill_union_splits(4, total, q_per_tile, c.max_k_len, 16);
     ASSERT_TRUE(msa::cuda::prefill_split_union(4, total, c.max_k_len) ||
                 msa::cuda::prefill_split_wide(nullptr, nullptr, 4, total, c.max_k_len, 4, 64, 128, 16, free_q, splits))
         << per;

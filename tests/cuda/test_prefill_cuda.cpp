@@ -306,8 +306,7 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
                                                                             max_k_len, s.h_kv, s.group(), s.topk);
     const bool routed = msa::cuda::prefill_as_decode(b_count, w.total_q, max_k_len);
     EXPECT_EQ(routed, c.decode_route) << c.name;
-    const std::int64_t pairs = s.h_kv * msa::tiles_per_head(w.total_q, q_per_tile);
-    const int splits = std::min(msa::cuda::decode_splits(pairs, (max_k_len + 127) / 128), s.topk);
+    const int splits = msa::cuda::prefill_union_splits(s.h_kv, w.total_q, q_per_tile, max_k_len, s.topk);
     const bool split =
         !routed && (msa::cuda::prefill_split_union(b_count, w.total_q, max_k_len) ||
                     msa::cuda::prefill_split_wide(c.host_batch ? w.cu_seqlens_q.data<std::int32_t>() : nullptr,

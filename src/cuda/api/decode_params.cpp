@@ -47,6 +47,11 @@ int decode_splits(std::int64_t pairs, std::int64_t entries) {
       std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1, kDecodeMaxSplits));
 }
 
+int prefill_union_splits(int h_kv, std::int64_t total_q, int q_per_tile, std::int64_t max_k_len, int topk) {
+  const std::int64_t pairs = std::int64_t(h_kv) * tiles_per_head(total_q, q_per_tile);
+  return std::min(decode_splits(pairs, (max_k_len + kBlockSize - 1) / kBlockSize), topk);
+}
+
 DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, int q_per_request,
                                std::int64_t max_seq_len) {
   DecodeGeometry g;

@@ -37,6 +37,10 @@ inline constexpr int kDecodeCtaTarget = 132;
 // kDecodeMaxSplits. The decode's rule (decode_geometry), also the prefill's for its split small
 // calls (prefill.cpp).
 int decode_splits(std::int64_t pairs, std::int64_t entries);
+// The prefill's split small calls (prefill.cpp, prefill_split_union / prefill_split_wide): the
+// decode's rule over the (KV head, tile) pairs of total_q queries in tiles of q_per_tile, a
+// pair's entries taken at the bound's blocks (max_k_len), within the partials' topk slots.
+int prefill_union_splits(int h_kv, std::int64_t total_q, int q_per_tile, std::int64_t max_k_len, int topk);
 
 struct DecodeGeometry {
   std::int64_t batch = 0;    // B

@@ -139,11 +139,9 @@ class PrefillCuda final : public SparsePrefill::Impl {
     // A small call split like the decode (prefill_split_union: a few queries of several
     // requests; prefill_split_wide: up to 1024 queries where that is expected to cost less than
     // the plan-free tiles or the plan and block-major run otherwise taken): the union kernel's
-    // routed tiles, each split over its union into the partials' slots (the decode's split rule,
-    // a pair's entries taken at the bound's blocks, within the topk slots), and the combine;
-    // nothing built.
-    const std::int64_t union_pairs = shape.h_kv * tiles_per_head(total_q, union_q_per_tile_);
-    const int splits = std::min(decode_splits(union_pairs, (max_k_len + kBlockSize - 1) / kBlockSize), shape.topk);
+    // routed tiles, each split over its union into the partials' slots (prefill_union_splits:
+    // the decode's split rule), and the combine; nothing built.
+    const int splits = prefill_union_splits(shape.h_kv, total_q, union_q_per_tile_, max_k_len, shape.topk);
     split_union_ = automatic && union_readable && !decode_route_ && prefill_split_union(b_count, total_q, max_k_len);
     // Every tile on the union kernel, without a plan: kTileUnion (forced), or kAuto where the
     // routing's cost model takes it (plan_free_queries_per_tile).
