@@ -20,6 +20,7 @@ struct Timing {
   double cv = 0.0;  // standard deviation / mean
   int reps = 0;
   double back_to_back_ms = 0.0;  // per replay, `reps` replays enqueued between one pair of events
+  double host_median_us = 0.0;   // eager calls: median host time of call(stream) itself (its enqueue)
 };
 
 // launch(set, stream) enqueues the work of input set `set` (0..sets-1) on `stream`; it is

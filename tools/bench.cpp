@@ -281,6 +281,7 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
                format("%.3f", eager.median_ms),
                format("%.1f%%", 100.0 * plan.median_ms / eager.median_ms),
                format("%.3f", behind.median_ms),
+               format("%.1f", eager.host_median_us),
                format("%.1f", flops / run_s * 1e-12),
                format("%.0f", bytes / run_s * 1e-9),
                format("%.3f", floor_ms),
@@ -335,6 +336,7 @@ int bench_command(const std::vector<std::string>& args) {
                {"eager ms", true},
                {"plan/eager", true},
                {"busy ms", true},
+               {"host us", true},
                {"eff TFLOP/s", true},
                {"GB/s", true},
                {"floor ms", true},
@@ -349,7 +351,8 @@ int bench_command(const std::vector<std::string>& args) {
   std::printf(
       "plan, run: graph replays (median); eager: plan + run called eagerly on an idle GPU after an L2 "
       "flush (median of %d), host gaps included; plan/eager = the plan's replay time over the eager call's; "
-      "busy: the same eager call behind earlier GPU work (a spin kernel), its host gaps hidden; ",
+      "busy: the same eager call behind earlier GPU work (a spin kernel), its host gaps hidden; host us: the "
+      "eager call's host time (plan + run returning, median); ",
       o.reps);
   std::printf("effective TFLOP/s counts selected visible keys only (targets.md); floor = max(FLOPs / 600 "
               "TFLOP/s, bytes / 2.9 TB/s) of the KV-block-major byte model (bench/flops.h); union = share of "
