@@ -185,6 +185,40 @@ TEST(DecodeGeometry, QInRingWhereUnionsRepeatBlocks) {
   EXPECT_TRUE(msa::cuda::decode_geometry({.h_q = 16, .h_kv = 4, .d = 128, .topk = 16}, 40, 8, 1500).q_in_ring);
 }
 
+// Few (KV head, tile) pairs (tensor-parallel shapes: h_kv 1 and 2) take 32 splits of at least
+// two entries and, at equal splits, the tiling whose CTAs do the least work (docs/performance.md
+// step 70); 4 pairs and more keep 16 splits, and half a wave of CTAs is not traded for twice as
+// many of half the work. The prefill's split calls keep 16.
+TEST(DecodeGeometry, FewPairsTakeMoreSplitsAndCtas) {
+  const auto geo = [](int h_kv, std::int64_t b, int q, std::int64_t k) {
+    return msa::cuda::decode_geometry({.h_q = 16 * h_kv, .h_kv = h_kv, .d = 128, .topk = 16}, b, q, k);
+  };
+  const auto g1 = geo(1, 1, 8, 100000);  // one pair: 32 splits
+  EXPECT_EQ(g1.pairs, 1);
+  EXPECT_EQ(g1.splits, 32);
+  const auto g2 = geo(2, 1, 8, 100000);  // two pairs: 32
+  EXPECT_EQ(g2.splits, 32);
+  EXPECT_EQ(geo(4, 1, 8, 100000).splits, 16);  // four pairs: 16
+  EXPECT_EQ(geo(1, 1, 1, 100000).splits, 16);  // one query: 16 entries
+  EXPECT_EQ(geo(1, 1, 3, 100000).splits, 16);  // 48 entries: not 32 splits of 1.5
+  EXPECT_EQ(geo(1, 1, 4, 100000).splits, 32);  // 64 entries: 32 splits of 2
+  const auto g8 = geo(1, 8, 1, 100000);        // 8 requests of one query at h_kv 1: was one pair
+  EXPECT_EQ(g8.q_per_tile, 2);                 // of 16 splits of 8 entries; now 4 pairs of 16
+  EXPECT_EQ(g8.pairs, 4);                      // splits of 2 (64 CTAs), not 8 of 1 (128 CTAs)
+  EXPECT_EQ(g8.splits, 16);
+  const auto h4 = geo(4, 2, 1, 100000);  // h_kv 4: 64 CTAs of 2 entries kept over 128 of 1
+  EXPECT_EQ(h4.q_per_tile, 8);
+  EXPECT_EQ(h4.pairs, 4);
+  const auto h4q4 = geo(4, 2, 4, 100000);  // but 128 CTAs of 4 taken over 64 of 8
+  EXPECT_EQ(h4q4.q_per_tile, 4);
+  EXPECT_EQ(h4q4.pairs, 8);
+  EXPECT_EQ(h4q4.splits, 16);
+  EXPECT_EQ(geo(4, 1, 8, 1000).splits, 8);  // 8 blocks: a split per entry, as before
+  // The prefill's split small calls: within kDecodePairSplits and topk.
+  EXPECT_EQ(msa::cuda::prefill_union_splits(1, 8, 8, 100000, 32), msa::cuda::kDecodePairSplits);
+  EXPECT_EQ(msa::cuda::prefill_union_splits(1, 8, 8, 100000, 7), 7);
+}
+
 // An owned workspace grows with headroom (msa::grown_workspace_bytes): a chunked prefill whose
 // prefix grows with every chunk needs a little more workspace each call, and a reallocation
 // costs a cudaFree that waits for the whole device. Replayed here as DeviceScratch::get does it:

@@ -30,6 +30,7 @@ void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile,
   const std::int64_t choices =
       std::min<std::int64_t>(q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks);
   const std::int64_t entries = std::min(choices, std::int64_t(requests) * blocks);
+  g.entries = entries;
   g.splits = decode_splits(g.pairs, entries);
   g.ways = tile_union_decode_ways(std::int64_t(q_per_tile) * shape.group(), entries, g.splits);
   // The repeats of a request's queries in a tile (without a bound on seq_len they are unknown:
@@ -39,17 +40,31 @@ void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile,
                 tile_union_decode_q_in_ring(request_queries, std::min<std::int64_t>(shape.topk, blocks), blocks);
 }
 
+// Among tilings of equal splits, a CTA's work in entries: the entries of its share of the
+// union, and 2 more where the CTAs pass half a wave (kDecodeFewCtas). Measured on tensor-parallel
+// shapes (docs/performance.md step 70, B 1-16, L 100k): at equal splits 64 CTAs of 2 entries
+// beat 128 of 1 by about 1 us, 128 CTAs of 4 beat 64 of 8 by about 2, and 64 of 2 beat 16 of 8
+// by 9 (h_kv 1, B = 8, Q = 1: 26.9 -> 17.4 us), where the most queries per tile (main's tie
+// break) had left a single pair's 16 splits of 8 entries.
+std::int64_t split_cost(const DecodeGeometry& g) {
+  const std::int64_t share = (g.entries + g.splits - 1) / g.splits;
+  return share + (g.pairs * g.splits > kDecodeFewCtas ? 2 : 0);
+}
+
 }  // namespace
 
 int decode_splits(std::int64_t pairs, std::int64_t entries) {
   const std::int64_t by_ctas = pairs > 0 ? kDecodeCtaTarget / pairs : 1;
-  return static_cast<int>(
-      std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1, kDecodeMaxSplits));
+  const std::int64_t most = pairs > 0 && pairs * kDecodeMaxSplits <= kDecodeFewCtas &&
+                                    entries >= std::int64_t{kDecodeFewPairsMinEntries} * kDecodeMaxSplits
+                                ? kDecodeMaxSplits
+                                : kDecodePairSplits;
+  return static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1, most));
 }
 
 int prefill_union_splits(int h_kv, std::int64_t total_q, int q_per_tile, std::int64_t max_k_len, int topk) {
   const std::int64_t pairs = std::int64_t(h_kv) * tiles_per_head(total_q, q_per_tile);
-  return std::min(decode_splits(pairs, (max_k_len + kBlockSize - 1) / kBlockSize), topk);
+  return std::min({decode_splits(pairs, (max_k_len + kBlockSize - 1) / kBlockSize), topk, kDecodePairSplits});
 }
 
 DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, int q_per_request,
@@ -61,15 +76,18 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
   // Tiles as full as the M tile allows. Where that splits the pairs and a request has fewer
   // queries than a tile holds, tiles of fewer whole requests (m x Q queries) may split less:
   // requests share no block, so a tile of several only adds their unions up, and fewer splits
-  // mean fewer partials and a lighter combine, or none. Such a tiling is taken only within one
-  // wave of CTAs (pairs <= kDecodeCtaTarget: a CTA per tile), with the fewest splits and then
-  // the most queries per tile (docs/performance.md, step 46).
+  // mean fewer partials and a lighter combine, or none (docs/performance.md, step 46). Such a
+  // tiling is taken only within one wave of CTAs (pairs <= kDecodeCtaTarget: a CTA per tile):
+  // the fewest splits; then the least work a CTA (split_cost); then the most queries per tile.
   const int full = tile_union_decode_queries(shape.group());
   tile_decode(g, shape, full, max_seq_len);
   for (int q = q_per_request; q_per_request > 0 && g.splits > 1 && q < full; q += q_per_request) {
     DecodeGeometry t = g;
     tile_decode(t, shape, q, max_seq_len);
-    if (t.pairs <= kDecodeCtaTarget && (t.splits < g.splits || (t.splits == g.splits && q > g.q_per_tile))) g = t;
+    if (t.pairs <= kDecodeCtaTarget &&
+        (t.splits < g.splits || (t.splits == g.splits && (split_cost(t) < split_cost(g) ||
+                                                          (split_cost(t) == split_cost(g) && q > g.q_per_tile)))))
+      g = t;
   }
   MSA_REQUIRE(g.pairs * g.splits <= INT32_MAX / 2, "batch", std::to_string(batch),
               "the CUDA sparse decode numbers its tiles in 32 bits: h_kv * ceil(B * Q / " +

@@ -20,13 +20,21 @@
 namespace msa::cuda {
 
 // A split is worth its fixed cost (union build, Q load, a partial per row) only with this many
-// union entries on average; a plan never makes more than kDecodeMaxSplits (the combine's slots).
-// Both measured on the H100 over B 1-4, L 1k-200k, Q 1 and 8 (docs/performance.md steps 14e
-// and 39): 16 splits were faster than 32 on most small steps (by up to 4 us), and slower only
-// for FP8 at B = 1, L = 200k (3 us); one entry per split, against two, took 1-2.2 us off the
-// smallest steps (B <= 2, L = 1000) and added 0.8 us at B = 4, L = 1000, Q = 8 in BF16.
+// union entries on average. Measured on the H100 over B 1-4, L 1k-200k, Q 1 and 8 at h_kv 4
+// (docs/performance.md steps 14e and 39): one entry per split, against two, took 1-2.2 us off
+// the smallest steps (B <= 2, L = 1000) and added 0.8 us at B = 4, L = 1000, Q = 8 in BF16.
 inline constexpr int kDecodeMinEntriesPerSplit = 1;
-inline constexpr int kDecodeMaxSplits = 16;
+// Splits of a pair: at most kDecodePairSplits; kDecodeMaxSplits (the combine's most slots) where
+// so few pairs (1 or 2) would leave most of kDecodeFewCtas CTAs idle and each split keeps
+// kDecodeFewPairsMinEntries of the union. 16 splits were faster than 32 on most small steps of 4
+// pairs (steps 14e and 39, by up to 4 us; step 70: 8-11% at B = 1-4, Q = 8, h_kv 1-4) and for one
+// pair of 48 entries (step 70: B = 1, Q = 3 at h_kv 1, 4-5%), 32 faster for one or two pairs of 64
+// entries and more (step 70: 4-22% at B = 1, Q = 4-16, h_kv 1 and 2, which tensor-parallel
+// engines run: a 64 / 4-head layer over 4 GPUs is h_q 16, h_kv 1 on each).
+inline constexpr int kDecodePairSplits = 16;
+inline constexpr int kDecodeMaxSplits = 32;
+inline constexpr int kDecodeFewCtas = 64;
+inline constexpr int kDecodeFewPairsMinEntries = 2;
 // The CTAs a split decode aims for: one wave on an H100 / H200 (132 SMs). A constant, not the
 // device's count, so that the split (and so the summation order) is the same on every device:
 // results are bitwise identical across GPUs, and workspace_bytes() needs no GPU.
@@ -34,12 +42,14 @@ inline constexpr int kDecodeCtaTarget = 132;
 
 // Splits per (KV head, query tile) pair: about one wave of kDecodeCtaTarget CTAs over `pairs`,
 // at least kDecodeMinEntriesPerSplit of a pair's `entries` (its union's bound) each, 1..
-// kDecodeMaxSplits. The decode's rule (decode_geometry), also the prefill's for its split small
-// calls (prefill.cpp).
+// kDecodePairSplits, or up to kDecodeMaxSplits for one or two pairs of kDecodeFewPairsMinEntries
+// x kDecodeMaxSplits entries or more. The decode's rule (decode_geometry), also the prefill's
+// for its split small calls (prefill.cpp, within kDecodePairSplits).
 int decode_splits(std::int64_t pairs, std::int64_t entries);
 // The prefill's split small calls (prefill.cpp, prefill_split_union / prefill_split_wide): the
 // decode's rule over the (KV head, tile) pairs of total_q queries in tiles of q_per_tile, a
-// pair's entries taken at the bound's blocks (max_k_len), within the partials' topk slots.
+// pair's entries taken at the bound's blocks (max_k_len), within the partials' topk slots and
+// kDecodePairSplits (more splits for one or two pairs measured on decode steps only).
 int prefill_union_splits(int h_kv, std::int64_t total_q, int q_per_tile, std::int64_t max_k_len, int topk);
 
 struct DecodeGeometry {
@@ -50,6 +60,7 @@ struct DecodeGeometry {
                              // such tiles split less (decode_geometry)
   std::int64_t pairs = 0;    // h_kv * ceil(total_q / q_per_tile)
   int splits = 1;            // tiles per pair, 1..kDecodeMaxSplits
+  std::int64_t entries = 0;  // a pair's union bound: its queries' choices within its requests' blocks
   bool ways = false;         // FP8 K/V: the kernel with ways (tile_union_decode_ways: tiles of
                              // at most kDecodeWayRows rows whose splits can hold two ways' entries)
   bool q_in_ring = false;    // FP8 K/V, no ways: the kernel that brings Q through the ring
