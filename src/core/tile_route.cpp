@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -176,23 +177,33 @@ double expected_union(std::int64_t q, std::int64_t k, std::int64_t n) {
 }  // namespace
 
 bool split_union_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
-                       std::int64_t total_q, std::int64_t max_k_len, int h_kv, int h_q, int d, int topk,
-                       int q_per_tile) {
-  if (batch <= 0 || total_q <= 0 || h_kv <= 0 || h_q <= 0 || d <= 0 || topk <= 0 || q_per_tile <= 0) return false;
-  constexpr double kSplitBlockNs = 16.0, kBlockMajorBlockNs = 18.0, kBlockMajorEntryNs = 0.15,
-                   kBlockMajorPlanNs = 15000.0;
+                       std::int64_t total_q, std::int64_t max_k_len, int h_kv, int h_q, int d, int topk, int q_per_tile,
+                       int splits) {
+  if (batch <= 0 || total_q <= 0 || h_kv <= 0 || h_q <= 0 || d <= 0 || topk <= 0 || q_per_tile <= 0 || splits <= 0)
+    return false;
+  constexpr double kSplitBlockNs = 14.0, kSplitCtaBlockNs = 1600.0, kBlockMajorBlockNs = 18.0,
+                   kBlockMajorEntryNs = 0.12, kBlockMajorPlanNs = 20000.0;
   double tile_blocks = 0.0, request_blocks = 0.0, entries = 0.0;  // per KV head
+  double open = 0.0, widest = 0.0;  // the union of the tile being filled; the widest tile's
   // One request's q_len queries, packed from query q0, on kl keys.
   const auto add = [&](std::int64_t q0, std::int64_t q_len, std::int64_t kl) {
     const std::int64_t n = (std::max<std::int64_t>(kl, 0) + kBlockSize - 1) / kBlockSize;
     const std::int64_t k = std::min<std::int64_t>(topk, n);
     request_blocks += expected_union(q_len, k, n);
     entries += static_cast<double>(q_len) * static_cast<double>(k);
-    // Its tiles' parts: up to the first tile boundary, whole tiles, the rest.
+    // Its tiles' parts: up to the first tile boundary (joining the tile the request before left
+    // open), whole tiles, the rest (opening the next).
     const std::int64_t head = std::min(q_len, (q_per_tile - q0 % q_per_tile) % q_per_tile);
     const std::int64_t whole = (q_len - head) / q_per_tile, tail = q_len - head - whole * q_per_tile;
     tile_blocks += expected_union(head, k, n) + static_cast<double>(whole) * expected_union(q_per_tile, k, n) +
                    expected_union(tail, k, n);
+    open += expected_union(head, k, n);
+    if (head > 0 && (q0 + head) % q_per_tile == 0) {
+      widest = std::max(widest, open);
+      open = 0.0;
+    }
+    if (whole > 0) widest = std::max(widest, expected_union(q_per_tile, k, n));
+    open += expected_union(tail, k, n);
   };
   if (cu_seqlens_q == nullptr || k_len == nullptr) {
     // B requests of total_q / B queries (the first total_q % B one more), each at max_k_len.
@@ -209,8 +220,13 @@ bool split_union_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_l
       if (q1 > q0 && q0 >= 0) add(q0, q1 - q0, k_len[b]);
     }
   }
+  widest = std::max(widest, open);
   const double scale = static_cast<double>(d) / 128.0;
-  const double split = kSplitBlockNs * tile_blocks * h_kv * scale;
+  // The split's CTAs: every (KV head, tile) pair's splits, in waves of kSplitWaveCtas.
+  const double ctas = static_cast<double>(h_kv) * static_cast<double>(tiles_per_head(total_q, q_per_tile)) * splits;
+  const double waves = std::ceil(ctas / kSplitWaveCtas);
+  const double split =
+      std::max(kSplitBlockNs * tile_blocks * h_kv, kSplitCtaBlockNs * std::ceil(widest / splits) * waves) * scale;
   const double block_major =
       kBlockMajorPlanNs + (kBlockMajorBlockNs * request_blocks * h_kv + kBlockMajorEntryNs * entries * h_q) * scale;
   return split <= block_major;

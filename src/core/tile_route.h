@@ -136,23 +136,32 @@ bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len
                      std::int64_t total_q, std::int64_t max_k_len, int topk, int q_per_tile, std::uint64_t max_union);
 
 // PrefillPath::kAuto's split small calls of 17..1024 queries (cuda/prefill/sm90/tile_union/
-// geometry.h, prefill_split_wide): true when the union kernel's routed tiles of q_per_tile queries, split
-// over their unions and merged by the combine, are estimated to cost no more than the
-// block-major call with its device plan. The estimate takes each request's queries as choosing
-// min(topk, blocks) of its ceil(k_len / 128) blocks at random, so that q of them are expected to
-// touch blocks * (1 - (1 - k / blocks)^q) distinct blocks. The split reads each tile's union
-// (a tile may hold the end of one request and the start of the next: their parts add), the
-// block-major call each request's union once, so a request of many queries on few blocks makes
-// its tiles read its blocks again and again. Times per KV head, fitted on the H200 at D = 128
-// (docs/performance.md, step 69) and scaled by d / 128: the split 16 ns per tile union block;
-// the block-major call 18 ns per request union block, 0.15 ns per (query head, top-k entry), and
-// 15 us for its plan. A device batch (null cu_seqlens_q / k_len) is taken as `batch` requests of
-// equal shares of total_q, each at max_k_len: a batch whose queries are mostly one request's may
-// then split where its host twin plans (one request of 64 queries on a 16k prefix beside empty
-// ones: 12 us slower, docs/performance.md step 69).
+// geometry.h, prefill_split_wide): true when the union kernel's routed tiles of q_per_tile
+// queries, each split `splits` ways over its union and merged by the combine, are estimated to
+// cost no more than the block-major call with its device plan. The estimate takes each
+// request's queries as choosing min(topk, blocks) of its ceil(k_len / 128) blocks at random, so
+// that q of them are expected to touch blocks * (1 - (1 - k / blocks)^q) distinct blocks. The
+// split reads each tile's union (a tile may hold the end of one request and the start of the
+// next: their parts add), the block-major call each request's union once, so a request of many
+// queries on few blocks makes its tiles read its blocks again and again. Times fitted on the
+// H200 at D = 128 (docs/performance.md, steps 69 and 70: 87 eager calls taken both ways at h_kv
+// 1, 2, 4, 8 and 64, G 1-16) and scaled by d / 128:
+// - the split: the longer of 14 ns per tile union block and KV head (the GPU's bandwidth) and
+//   1.6 us per block of the widest tile's split, times the waves of kSplitWaveCtas CTAs its
+//   (KV head, tile) pairs' splits make (a CTA streams its blocks one after another: where the
+//   pairs are many and split once, a CTA's share and not the GPU's bandwidth bounds the run);
+// - the block-major call: 20 us for its plan (a fixed cost of the GPU whatever h_kv: 25-28 us
+//   at h_kv 1 and 4), 18 ns per request union block and KV head, 0.12 ns per (query head, top-k
+//   entry).
+// Step 69's form (16 ns a tile block; 15 us, 18 ns, 0.15 ns), fitted at h_kv 4 alone, planned
+// calls at h_kv 1 that split 6-22% faster. A device batch (null cu_seqlens_q / k_len) is taken
+// as `batch` requests of equal shares of total_q, each at max_k_len: a batch whose queries are
+// mostly one request's may then split where its host twin plans (one request of 64 queries on
+// a 16k prefix beside empty ones: 12 us slower, docs/performance.md step 69).
+inline constexpr int kSplitWaveCtas = 132;  // = kDecodeCtaTarget, a CTA a pair's split
 bool split_union_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
-                       std::int64_t total_q, std::int64_t max_k_len, int h_kv, int h_q, int d, int topk,
-                       int q_per_tile);
+                       std::int64_t total_q, std::int64_t max_k_len, int h_kv, int h_q, int d, int topk, int q_per_tile,
+                       int splits);
 // A top-k that bounds nothing: tile_unions_fit with it bounds each tile's visible blocks
 // (the blocks its last query of each request sees, summed over the requests).
 inline constexpr int kAnyTopk = 1 << 30;

@@ -371,54 +371,73 @@ TEST(TileRoute, PlanFreeTilesHoldMoreQueriesAtSmallGroups) {
   }
 }
 
-// split_union_batch by hand at G = 16 (h_q 64, h_kv 4, top-16, tiles of 8 queries, d 128): one
-// request of q queries on 4096 tokens (32 blocks, 16 chosen of 32 each) touches 32 (1 - 2^-q)
-// blocks, about 32; a tile of 8, 32 (1 - 2^-8) = 31.875. At q = 256 the split reads 32 tiles,
-// 16 ns x 1020 x 4 = 65 280 ns, the block-major call 15 000 + 18 x 32 x 4 + 0.15 x 256 x 16 x 64
-// = 56 626: planned. At q = 128, 32 640 against 36 965: split.
+// split_union_batch by hand at G = 16 (h_q 64, h_kv 4, top-16, tiles of 8 queries, d 128), each
+// call with the split count the route takes (prefill_union_splits: about a wave of 132 CTAs over
+// the (KV head, tile) pairs, 1..16). One request of q queries on 4096 tokens (32 blocks, 16 chosen
+// of 32 each) touches 32 (1 - 2^-q) blocks, about 32; a tile of 8, 32 (1 - 2^-8) = 31.875. At
+// q = 256 (128 pairs, split once) the split's bandwidth term is 14 ns x 1020 x 4 = 57 120, its
+// CTA term 1600 x 32 = 51 200; the block-major call 20 000 + 18 x 32 x 4 + 0.12 x 256 x 16 x 64 =
+// 53 761: planned. At q = 128 (64 pairs, 2 splits), 28 560 against 38 033: split.
 TEST(TileRoute, SplitUnionBatchByHand) {
   using msa::split_union_batch;
-  const auto one = [](std::int32_t q, std::int32_t k_len, int h_kv, int h_q, int d) {
+  const auto splits = [](int h_kv, std::int64_t total_q, int q_per_tile, std::int64_t k_len) {
+    const std::int64_t pairs = h_kv * ((total_q + q_per_tile - 1) / q_per_tile), blocks = (k_len + 127) / 128;
+    return static_cast<int>(std::clamp<std::int64_t>(std::min({132 / pairs, blocks, std::int64_t{16}}), 1, 16));
+  };
+  const auto one = [&](std::int32_t q, std::int32_t k_len, int h_kv, int h_q, int d) {
     const std::vector<std::int32_t> cu = {0, q}, kl = {k_len};
-    return split_union_batch(cu.data(), kl.data(), 1, q, k_len, h_kv, h_q, d, 16,
-                             h_q / h_kv >= 8 ? 128 / (h_q / h_kv) : 32);
+    const int q_per_tile = h_q / h_kv >= 8 ? 128 / (h_q / h_kv) : 32;
+    return split_union_batch(cu.data(), kl.data(), 1, q, k_len, h_kv, h_q, d, 16, q_per_tile,
+                             splits(h_kv, q, q_per_tile, k_len));
   };
   EXPECT_FALSE(one(256, 4096, 4, 64, 128));
   EXPECT_TRUE(one(128, 4096, 4, 64, 128));
-  // At d = 64 every term but the plan halves: 32 640 against 15 000 + 21 965 / 2 at q = 256.
+  // At d = 64 every term but the plan halves: 28 560 against 20 000 + 33 761 / 2 at q = 256.
   EXPECT_TRUE(one(256, 4096, 4, 64, 64));
-  // Eight requests of 32 on 4096 tokens: each its own 4 tiles, 8 x 4 x 31.875 x 16 x 4 = 65 280
-  // against 15 000 + 18 x 8 x 32 x 4 + 39 322 = 72 754: split, where one request of all 256
+  // Eight requests of 32 on 4096 tokens: each its own 4 tiles, 14 x 8 x 4 x 31.875 x 4 = 57 120
+  // against 20 000 + 18 x 8 x 32 x 4 + 31 457 = 69 889: split, where one request of all 256
   // queries was planned.
   std::vector<std::int32_t> cu8(9), kl8(8, 4096);
   for (int b = 0; b <= 8; ++b) cu8[static_cast<std::size_t>(b)] = 32 * b;
-  EXPECT_TRUE(split_union_batch(cu8.data(), kl8.data(), 8, 256, 4096, 4, 64, 128, 16, 8));
+  EXPECT_TRUE(split_union_batch(cu8.data(), kl8.data(), 8, 256, 4096, 4, 64, 128, 16, 8, 1));
   // A device batch (no per-request sizes) is taken as equal requests at max_k_len: 8 of 32 as
-  // above; 2 of 128 (the tiles read 1020 blocks a head again, the requests 64: 65 280 against
-  // 58 930) planned; one of 256 planned as the host request.
-  EXPECT_TRUE(split_union_batch(nullptr, nullptr, 8, 256, 4096, 4, 64, 128, 16, 8));
-  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 2, 256, 4096, 4, 64, 128, 16, 8));
-  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 256, 4096, 4, 64, 128, 16, 8));
+  // above; 2 of 128 (the tiles read 1020 blocks a head again, the requests 64: 57 120 against
+  // 56 065) planned; one of 256 planned as the host request.
+  EXPECT_TRUE(split_union_batch(nullptr, nullptr, 8, 256, 4096, 4, 64, 128, 16, 8, 1));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 2, 256, 4096, 4, 64, 128, 16, 8, 1));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 256, 4096, 4, 64, 128, 16, 8, 1));
   // Shares differing by one query (a remainder): 3 requests of 86, 85 and 85.
-  EXPECT_EQ(split_union_batch(nullptr, nullptr, 3, 256, 4096, 4, 64, 128, 16, 8),
+  EXPECT_EQ(split_union_batch(nullptr, nullptr, 3, 256, 4096, 4, 64, 128, 16, 8, 1),
             split_union_batch(std::vector<std::int32_t>{0, 86, 171, 256}.data(),
-                              std::vector<std::int32_t>{4096, 4096, 4096}.data(), 3, 256, 4096, 4, 64, 128, 16, 8));
-  // The step-69 shapes the model was fitted on, far from its cut: 64 queries on a 16k prefix
-  // (their 8 tiles read its blocks again) planned, 32 split; four requests of 16 on 64k split,
-  // of 64 planned; at G = 1 (h_kv 64, 32-query tiles) one request of 64 on 64k planned.
+                              std::vector<std::int32_t>{4096, 4096, 4096}.data(), 3, 256, 4096, 4, 64, 128, 16, 8, 1));
+  // Where the CTAs bound the split: eight requests of 24 on 16k (96 pairs, split once) stream
+  // a tile's 84.0 blocks each, 1600 x 84 = 134 400, above the bandwidth term (14 x 24 x 84 x 4
+  // = 112 896) and the block-major call's 114 033: planned (0.154 against 0.186 ms split, step 70).
+  const std::vector<std::int32_t> cu24 = {0, 24, 48, 72, 96, 120, 144, 168, 192}, kl24(8, 16384);
+  EXPECT_FALSE(split_union_batch(cu24.data(), kl24.data(), 8, 192, 16384, 4, 64, 128, 16, 8, 1));
+  // The same tiles split 4 ways (the CTA term a quarter) would be taken.
+  EXPECT_TRUE(split_union_batch(cu24.data(), kl24.data(), 8, 192, 16384, 4, 64, 128, 16, 8, 4));
+  // The step-69 and 70 shapes the model was fitted on, far from its cut: 64 queries on a 16k
+  // prefix (their 8 tiles read its blocks again) planned, 32 split; four requests of 16 on 64k
+  // split, of 64 on 64k planned; at G = 1 (h_kv 64, 32-query tiles) one request of 64 on 64k
+  // planned; at h_kv 1 (h_q 16) one request of 171 on 16k split (25 290 against 27 557), of 512
+  // planned.
   EXPECT_FALSE(one(64, 16384, 4, 64, 128));
   EXPECT_TRUE(one(32, 16384, 4, 64, 128));
-  const auto four = [](std::int32_t q, std::int32_t k_len) {
+  const auto four = [&](std::int32_t q, std::int32_t k_len) {
     const std::vector<std::int32_t> cu = {0, q, 2 * q, 3 * q, 4 * q}, kl(4, k_len);
-    return split_union_batch(cu.data(), kl.data(), 4, 4 * q, k_len, 4, 64, 128, 16, 8);
+    return split_union_batch(cu.data(), kl.data(), 4, 4 * q, k_len, 4, 64, 128, 16, 8, splits(4, 4 * q, 8, k_len));
   };
   EXPECT_TRUE(four(16, 65536));
   EXPECT_FALSE(four(64, 65536));
   EXPECT_FALSE(one(64, 65536, 64, 64, 128));
+  EXPECT_TRUE(one(171, 16384, 1, 16, 128));
+  EXPECT_FALSE(one(512, 16384, 1, 16, 128));
   // Nothing to split, or no geometry: false.
-  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 0, 4096, 4, 64, 128, 16, 8));
-  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 0, 16, 4096, 4, 64, 128, 16, 8));
-  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 16, 4096, 4, 64, 128, 16, 0));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 0, 4096, 4, 64, 128, 16, 8, 1));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 0, 16, 4096, 4, 64, 128, 16, 8, 1));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 16, 4096, 4, 64, 128, 16, 0, 1));
+  EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 16, 4096, 4, 64, 128, 16, 8, 0));
 }
 
 // prefill_split_wide's range and its two cases: calls of 17..1024 queries on more than 4 blocks;
@@ -429,11 +448,12 @@ TEST(TileRoute, PrefillSplitWideRule) {
   const auto device = [](std::int64_t q, std::int64_t k_len, int free_q, int splits) {
     return prefill_split_wide(nullptr, nullptr, 1, q, k_len, 4, 64, 128, 16, free_q, splits);
   };
-  EXPECT_TRUE(device(32, 16384, 0, 4));
-  EXPECT_FALSE(device(16, 16384, 0, 4));  // the decode route's and prefill_split_union's range
+  // (Planned calls with the split count the route takes: 16 pairs, 8 splits; 5 blocks, 5.)
+  EXPECT_TRUE(device(32, 16384, 0, 8));
+  EXPECT_FALSE(device(16, 16384, 0, 8));  // the decode route's and prefill_split_union's range
   EXPECT_FALSE(device(32, 512, 0, 4));    // 4 blocks
-  EXPECT_TRUE(device(32, 513, 0, 4));
-  EXPECT_FALSE(device(64, 16384, 0, 4));  // the cost model plans it
+  EXPECT_TRUE(device(32, 513, 0, 5));
+  EXPECT_FALSE(device(64, 16384, 0, 4));  // the cost model plans it (32 pairs, 4 splits)
   EXPECT_TRUE(device(32, 1024, 8, 2));    // plan-free, routed tiles, split
   EXPECT_FALSE(device(32, 1024, 8, 1));   // a wave of tiles already
   EXPECT_FALSE(device(32, 1024, 16, 4));  // plan-free tiles of another size than the routed 8

@@ -13,6 +13,9 @@
 
 namespace msa::cuda {
 
+// The split small calls' cost model counts their CTAs in the decode's waves.
+static_assert(kSplitWaveCtas == kDecodeCtaTarget);
+
 namespace {
 
 // Pairs and splits for tiles of q_per_tile queries (g.batch, g.q_per_request, g.total_q set).

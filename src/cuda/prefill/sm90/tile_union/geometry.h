@@ -130,7 +130,7 @@ inline bool prefill_split_wide(const std::int32_t* cu_seqlens_q, const std::int3
     return false;
   const int routed = tile_union_queries_per_tile(h_q / h_kv, topk);
   if (free_q > 0) return free_q == routed && splits >= 2;
-  return split_union_batch(cu_seqlens_q, k_len, batch, total_q, max_k_len, h_kv, h_q, d, topk, routed);
+  return split_union_batch(cu_seqlens_q, k_len, batch, total_q, max_k_len, h_kv, h_q, d, topk, routed, splits);
 }
 
 // PrefillPath::kAuto without a device plan (every tile on the union kernel): the queries per
