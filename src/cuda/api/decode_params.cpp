@@ -87,9 +87,9 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
   for (int q = q_per_request; q_per_request > 0 && g.splits > 1 && q < full; q += q_per_request) {
     DecodeGeometry t = g;
     tile_decode(t, shape, q, max_seq_len);
-    if (t.pairs <= kDecodeCtaTarget &&
-        (t.splits < g.splits || (t.splits == g.splits && (split_cost(t) < split_cost(g) ||
-                                                          (split_cost(t) == split_cost(g) && q > g.q_per_tile)))))
+    if (t.pairs > kDecodeCtaTarget) continue;
+    const std::int64_t cost_t = split_cost(t), cost_g = split_cost(g);
+    if (t.splits < g.splits || (t.splits == g.splits && (cost_t < cost_g || (cost_t == cost_g && q > g.q_per_tile))))
       g = t;
   }
   MSA_REQUIRE(g.pairs * g.splits <= INT32_MAX / 2, "batch", std::to_string(batch),
