@@ -6,7 +6,7 @@ Each row is one call of `B` requests of `q` queries on `k_len` tokens (a device 
 `msa bench prefill --requests` makes it), at h_q / h_kv, top-16, d = 128, with its eager time
 (ms, the smaller of two rounds) planned (block-major run after the device plan) and split
 (the union kernel's tiles split over their unions, then the combine), on the H200:
-docs/performance.md steps 69 and 70 (out/s169.sh-out/s173.sh, out/s184.sh, out/s192.sh).
+docs/performance.md steps 69-71 (out/s169.sh-out/s173.sh, out/s184.sh, out/s192.sh, out/s194.sh).
 
     python3 scripts/split_route_fit.py           # the landed constants, then the calls they miss
     python3 scripts/split_route_fit.py --search  # the grid search (a minute)
@@ -54,6 +54,12 @@ CALLS = [
     (16, 1, 6, 40, 16384, .074, .067), (16, 1, 1, 128, 32768, .060, .049), (8, 1, 1, 171, 131072, .075, .066),
     (8, 1, 1, 256, 16384, .063, .054), (8, 1, 3, 100, 16384, .071, .0745), (32, 2, 1, 96, 32768, .072, .068),
     (32, 2, 3, 100, 131072, .164, .2375), (32, 2, 4, 32, 16384, .0785, .0665), (32, 2, 1, 128, 131072, .092, .0895),
+    # step 71, short prefixes (out/s194.sh; measured after the landed fit): 4k-16k, the K/V in L2
+    (8, 1, 2, 100, 12288, .063, .053), (8, 1, 1, 300, 8192, .066, .044), (8, 1, 5, 50, 8192, .065, .054),
+    (16, 1, 3, 100, 8192, .072, .077), (16, 1, 2, 200, 16384, .079, .113), (16, 1, 8, 24, 8192, .067, .050),
+    (16, 1, 1, 300, 8192, .069, .063), (16, 1, 5, 50, 8192, .069, .063), (32, 2, 2, 100, 16384, .078, .120),
+    (32, 2, 4, 32, 8192, .070, .053), (32, 2, 5, 50, 8192, .089, .101), (64, 4, 4, 16, 8192, .061, .059),
+    (64, 4, 3, 40, 12288, .092, .099), (64, 4, 2, 50, 8192, .076, .100),
 ]
 # step 70, the landed model's check (out/s192.sh, second form): not in its fit
 HELD_OUT = [
@@ -126,7 +132,8 @@ def score(p, calls, show=False):
 
 
 def main():
-    print(f"step 69's model on the {len(CALLS)} fitted calls: loss, missed = {score(STEP69, CALLS)}")
+    print(f"step 69's model on the {len(CALLS)} calls (the landed model's fit, then step 71's 14): "
+          f"loss, missed = {score(STEP69, CALLS)}")
     print(f"the landed model on them: {score(LANDED, CALLS, show=True)}")
     print(f"the landed model on the {len(HELD_OUT)} held-out calls: {score(LANDED, HELD_OUT, show=True)}")
     if "--search" in sys.argv:

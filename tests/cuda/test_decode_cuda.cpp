@@ -115,19 +115,22 @@ std::vector<Case> cases() {
   Case adv16 = make_case("q16_g16_adversarial", 64, 4, 16, 64, 16, lengths(6, 16, 5000, 16), Selection::kRandom, 16);
   adv16.adversarial = true;
   c.push_back(adv16);
-  // Tensor-parallel shapes (h_kv 1): one pair split 32 ways (the combine's most slots), and
+  // Tensor-parallel shapes (h_kv 1 and 2): one pair split 32 ways (the combine's most slots), and
   // eight one-query requests in tiles of two (four pairs of 16 splits; DecodeGeometry.
   // FewPairsTakeMoreSplitsAndCtas), sinks. (Appended after the cases the FP8 ones take by index.)
   Case tp32 = make_case("tp_h1_b1_q8_32_splits", 16, 1, 16, 128, 8, {70000}, Selection::kRandom, 42);
   Case tp2 = make_case("tp_h1_b8_q1_tiles_of_two_sinks", 16, 1, 16, 64, 1, lengths(8, 3000, 90000, 43),
                        Selection::kRandom, 43);
   tp2.spec.sinks = true;
+  // Two pairs (h_kv 2) of two queries: 32 splits of one entry each (step 71).
+  Case tp2q = make_case("tp_h2_b1_q2_one_entry_splits", 32, 2, 16, 128, 2, {50000}, Selection::kRandom, 44);
   // Scores spread wide (test_prefill_cuda's _wide_scores): the lazy rescale's moves and lags.
   // (After the cases the FP8 ones below take by index.)
   c.push_back(make_case("q8_g16_wide_scores", 64, 4, 16, 64, 8, {9000, 300, 2500}, Selection::kRandom, 41));
   c.back().spec.qk_sd = 3.f;
   c.push_back(tp32);
   c.push_back(tp2);
+  c.push_back(tp2q);
   const bool fp16_built = msa::test::fp16_instances_built();
   const std::size_t bf16_cases = c.size();
   for (std::size_t i = 0; fp16_built && i < bf16_cases; ++i) {
@@ -167,6 +170,7 @@ std::vector<Case> cases() {
     fp8(c[15], {0.03125f}, {0.015625f});
     fp8(c[16], {0.02f}, {0.03f});  // one pair, 32 splits
     fp8(c[17], {0.01f}, {0.04f});  // tiles of two requests, sinks
+    fp8(c[18], {0.02f, 0.05f}, {0.01f});  // two pairs, 32 splits of one entry
     Case g12 = make_case("fp8_q5_g12_page32", 48, 4, 16, 32, 5, lengths(7, 5, 7000, 18), Selection::kRandom, 18);
     g12.k_descale = {0.02f};
     g12.v_descale = {0.03f};

@@ -200,6 +200,20 @@ TEST(DecodeGeometry, FewPairsTakeMoreSplitsAndCtas) {
   EXPECT_EQ(g2.splits, 32);
   EXPECT_EQ(geo(4, 1, 8, 100000).splits, 16);  // four pairs: 16
   EXPECT_EQ(geo(1, 1, 1, 100000).splits, 16);  // one query: 16 entries
+  EXPECT_EQ(geo(1, 1, 2, 100000).splits, 32);  // 32 entries: a split per entry
+  EXPECT_EQ(geo(2, 1, 2, 100000).splits, 32);  // two pairs too
+  EXPECT_EQ(geo(1, 1, 2, 3000).splits, 32);    // 24 blocks, but the full tile's bound is 32
+  EXPECT_EQ(geo(4, 1, 2, 100000).splits, 16);  // four pairs: 16
+  // The split per entry only after the tiling is chosen: two requests of Q = 3 on 24 blocks
+  // stay two pairs of one request (24 entries, now 24 splits), not one pair of both (48 entries,
+  // 16 splits), and the same at Q = 2 on 20 blocks.
+  const auto b2q3 = geo(1, 2, 3, 3000);
+  EXPECT_EQ(b2q3.q_per_tile, 3);
+  EXPECT_EQ(b2q3.pairs, 2);
+  EXPECT_EQ(b2q3.splits, 24);
+  const auto b2q2 = geo(1, 2, 2, 2500);
+  EXPECT_EQ(b2q2.q_per_tile, 2);
+  EXPECT_EQ(b2q2.splits, 20);
   EXPECT_EQ(geo(1, 1, 3, 100000).splits, 16);  // 48 entries: not 32 splits of 1.5
   EXPECT_EQ(geo(1, 1, 4, 100000).splits, 32);  // 64 entries: 32 splits of 2
   const auto g8 = geo(1, 8, 1, 100000);        // 8 requests of one query at h_kv 1: was one pair

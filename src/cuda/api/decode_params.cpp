@@ -18,8 +18,16 @@ static_assert(kSplitWaveCtas == kDecodeCtaTarget);
 
 namespace {
 
+// Whether one or two pairs of at most kDecodeMaxSplits entries may take a split per entry.
+bool one_entry_splits(std::int64_t pairs, std::int64_t entries) {
+  return pairs > 0 && pairs * kDecodeMaxSplits <= kDecodeFewCtas && entries > 1 && entries <= kDecodeMaxSplits;
+}
+
 // Pairs and splits for tiles of q_per_tile queries (g.batch, g.q_per_request, g.total_q set).
-void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile, std::int64_t max_seq_len) {
+// one_entry: a split per entry where the pairs are few and their union at most kDecodeMaxSplits
+// entries (decode_geometry's last step), in place of decode_splits' count.
+void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile, std::int64_t max_seq_len,
+                 bool one_entry = false) {
   g.q_per_tile = q_per_tile;
   g.pairs = std::int64_t(shape.h_kv) * ((g.total_q + q_per_tile - 1) / q_per_tile);
   // A pair's union holds at most (its queries) x min(topk, blocks of the longest request), and
@@ -34,7 +42,8 @@ void tile_decode(DecodeGeometry& g, const AttentionShape& shape, int q_per_tile,
       std::min<std::int64_t>(q_per_tile, g.total_q) * std::min<std::int64_t>(shape.topk, blocks);
   const std::int64_t entries = std::min(choices, std::int64_t(requests) * blocks);
   g.entries = entries;
-  g.splits = decode_splits(g.pairs, entries);
+  g.splits =
+      one_entry && one_entry_splits(g.pairs, entries) ? static_cast<int>(entries) : decode_splits(g.pairs, entries);
   g.ways = tile_union_decode_ways(std::int64_t(q_per_tile) * shape.group(), entries, g.splits);
   // The repeats of a request's queries in a tile (without a bound on seq_len they are unknown:
   // the plain kernel).
@@ -92,6 +101,13 @@ DecodeGeometry decode_geometry(const AttentionShape& shape, std::int64_t batch, 
     if (t.splits < g.splits || (t.splits == g.splits && (cost_t < cost_g || (cost_t == cost_g && q > g.q_per_tile))))
       g = t;
   }
+  // Then one or two pairs of at most kDecodeMaxSplits entries take a split per entry: 2-12% faster
+  // than 16 splits of up to two at Q = 2 and 3 on h_kv 1 and 2 (docs/performance.md, step 71;
+  // h_kv 2 B = 1 L = 4000 in BF16 3-5% slower). Only after the tiling is chosen: as a tiling's own
+  // count it made a fuller tile of fewer splits win the choice, 6-15% slower (two requests of
+  // Q = 2 or 3 on 20-24 blocks at h_kv 1).
+  if (one_entry_splits(g.pairs, g.entries) && g.splits < g.entries)
+    tile_decode(g, shape, g.q_per_tile, max_seq_len, /*one_entry=*/true);
   MSA_REQUIRE(g.pairs * g.splits <= INT32_MAX / 2, "batch", std::to_string(batch),
               "the CUDA sparse decode numbers its tiles in 32 bits: h_kv * ceil(B * Q / " +
                   std::to_string(g.q_per_tile) + ") must be < 2^30");
