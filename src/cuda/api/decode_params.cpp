@@ -188,6 +188,7 @@ prefill_sm90::TileUnionParams decode_tile_union_params(const prefill_sm90::Atten
   u.direct = g.splits == 1;
   u.tiles = g.pairs * g.splits;
   u.group_heads = attn.h_kv;  // tile_of_rank's order (the decode's instances keep it anyway)
+  u.prefetch_blocks = kTileUnionPrefetchBlocks;
   return u;
 }
 

@@ -42,6 +42,14 @@ inline constexpr int kDecodeFewPairsMinEntries = 2;
 // results are bitwise identical across GPUs, and workspace_bytes() needs no GPU.
 inline constexpr int kDecodeCtaTarget = 132;
 
+// The blocks a CTA of the decode or of the prefill's split small calls asks L2 for while its
+// first tile's union list is built (TileUnionParams::prefetch_blocks). Measured on the H200
+// against 0, 2 and 4 (docs/performance.md step 71, 100 decode steps and 7 split calls): one
+// block 2-6% faster on 18 steps (B = 32 Q = 1 4-6%) and 1-3 us on the split calls, none slower;
+// two or four blocks slower in BF16 (up to 9% and 22%), their prefetches reaching past a
+// CTA's share.
+inline constexpr int kTileUnionPrefetchBlocks = 1;
+
 // Splits per (KV head, query tile) pair: about one wave of kDecodeCtaTarget CTAs over `pairs`,
 // at least kDecodeMinEntriesPerSplit of a pair's `entries` (its union's bound) each, 1..
 // kDecodePairSplits, or up to kDecodeMaxSplits for one or two pairs of kDecodeFewPairsMinEntries

@@ -324,6 +324,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
         if (split_union_) {
           u.splits = union_splits_;
           u.tiles *= union_splits_;
+          u.prefetch_blocks = kTileUnionPrefetchBlocks;
         }
         if (q_per_tile > kTileUnionNarrowQueries)  // wide tiles (plan-free, G <= 3)
           launch_tile_union<kDtype, kHeadDim, TileUnionUse::kWidePrefill>(u, tma, sm_count_, stream);

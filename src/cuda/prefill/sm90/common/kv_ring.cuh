@@ -134,6 +134,16 @@ __device__ __forceinline__ void load_block(const AttentionParams& p, const CUten
                                  bytes + Traits::kv_load_offset(t0, c), c * Traits::kKvLoadCols, token, kv_head, page);
 }
 
+// Asks L2 for the boxes load_block issues for one lane of a K or V block (its box_coord
+// `coord`), as TMA prefetches: nothing lands in shared memory and nothing completes on a barrier.
+template <class Traits>
+__device__ __forceinline__ void prefetch_box(const AttentionParams& p, const CUtensorMap* map, int kv_head, int coord) {
+  const bool paged = p.page_table != nullptr;
+#pragma unroll
+  for (int c = 0; c < Traits::kKvLoadBoxes; ++c)
+    cute::SM90_TMA_LOAD_4D::PREFETCH::copy(map, c * Traits::kKvLoadCols, paged ? 0 : coord, kv_head, paged ? coord : 0);
+}
+
 // Zeroes token rows [tokens, 128) of a K-layout block (whole 128-byte rows, so the swizzle
 // does not matter) and makes the writes visible to the async proxy. One warp.
 template <class Traits>

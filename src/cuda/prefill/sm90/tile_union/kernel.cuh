@@ -6,7 +6,9 @@
 // Producer warpgroup (40 registers):
 //   - builders (warps 1-3) build each tile's union list and gather its Q with TMA into the
 //     tile's list / Q buffer (double buffered: tile i + 1 is built while tile i computes);
-//   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh).
+//   - the loader (warp 0) streams every union block's K and V into the ring (kv_ring.cuh);
+//     while the builders build its first tile's list it asks L2 for the block(s) that tile's
+//     split likely starts with (p.prefetch_blocks: the decode and the split small calls).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
 // while that P V still runs; with Traits::kSkipBlocks (the decode) a warpgroup skips the
@@ -83,6 +85,38 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
   }
 }
 
+// Asks L2 for the blocks the CTA's first tile likely starts with, before its list exists (the
+// loader is idle while the builders build it, and so is DRAM): split s's first union entries
+// are about the raw entries from n s / splits on in the builders' order (the first-seen order:
+// the same blocks where the tile's queries repeat few of them; elsewhere still blocks of the
+// union, which some split loads), up to p.prefetch_blocks of them, a lane per box. Not where
+// the list is sorted by key (a decode request over several tiles) or built by the wide
+// builders. One block measured 2-6% faster on 18 of 100 decode steps and none slower
+// (docs/performance.md step 71).
+template <class Traits>
+__device__ __forceinline__ void prefetch_first_blocks(const TileUnionParams& p, const PrefillTma& tma, const Tile& t) {
+  if constexpr (Traits::kWideTiles) return;
+  if (p.q_per_request > p.q_per_tile) return;
+  const int lane = opaque_tid();
+  const int topk = p.attn.topk;
+  const int n = t.nq * topk;
+  const int boxes = Traits::kBlockN / tma.kv_box_rows;
+  const int k = lane / boxes;
+  const int e = static_cast<int>(std::int64_t(n) * t.split / p.splits) + k;
+  if (k >= p.prefetch_blocks || e >= n) return;
+  const int i = Traits::kWarpMma ? e % t.nq : e / topk;
+  const int slot = Traits::kWarpMma ? e / t.nq : e % topk;
+  const std::int64_t q = t.q0 + i;
+  const TileQuery tq = p.q_per_request > 0
+                           ? locate_uniform_query(p.attn.k_len, p.q_per_request, t.q0, q, 1)
+                           : locate_tile_query(p.attn.cu_seqlens_q, p.attn.k_len, p.batch, t.q0, q, 0, 1);
+  const int id = p.topk[std::int64_t(t.kv_head) * p.stride_topk_head + q * p.stride_topk_token + slot];
+  if (id < 0 || id >= tq.blocks) return;
+  const int coord = box_coord(p.attn, tma.kv_box_rows, tq.b, id * kBlockSize, tq.k_len, lane - k * boxes);
+  prefetch_box<Traits>(p.attn, &tma.k, t.kv_head, coord);
+  prefetch_box<Traits>(p.attn, &tma.v, t.kv_head, coord);
+}
+
 // Every union block of every tile, in list order, once the builders published the list. The
 // loader releases a list too: without its arrival the builders could rewrite the buffer (two
 // tiles on, after consumers that finished an empty union) before the loader has read it.
@@ -122,6 +156,7 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
           lane, 32);
       ++kv.use;
     }
+    if (iter == 0 && p.prefetch_blocks > 0) prefetch_first_blocks<Traits>(p, tma, t);
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
     const auto& list = smem.list[buf];
     const int end = list.end;

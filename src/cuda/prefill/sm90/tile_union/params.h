@@ -39,6 +39,9 @@ struct TileUnionParams {
                                    //   every tile
   int group_heads;                 // without a list: tiles in the order of tile_of_rank_grouped
                                    // over groups of this many KV heads (1..h_kv; h_kv: tile_of_rank)
+  int prefetch_blocks;             // a CTA's first tile: how many of the blocks its split likely
+                                   // starts with are asked of L2 while the list is built (0: none;
+                                   // kTileUnionPrefetchBlocks for the decode and split calls)
 };
 
 }  // namespace msa::cuda::prefill_sm90
