@@ -18,9 +18,12 @@ static_assert(kSplitWaveCtas == kDecodeCtaTarget);
 
 namespace {
 
+// Whether so few pairs (one or two) that kDecodeMaxSplits splits each stay within kDecodeFewCtas CTAs.
+bool few_pairs(std::int64_t pairs) { return pairs > 0 && pairs * kDecodeMaxSplits <= kDecodeFewCtas; }
+
 // Whether one or two pairs of at most kDecodeMaxSplits entries may take a split per entry.
 bool one_entry_splits(std::int64_t pairs, std::int64_t entries) {
-  return pairs > 0 && pairs * kDecodeMaxSplits <= kDecodeFewCtas && entries > 1 && entries <= kDecodeMaxSplits;
+  return few_pairs(pairs) && entries > 1 && entries <= kDecodeMaxSplits;
 }
 
 // Pairs and splits for tiles of q_per_tile queries (g.batch, g.q_per_request, g.total_q set).
@@ -67,8 +70,7 @@ std::int64_t split_cost(const DecodeGeometry& g) {
 
 int decode_splits(std::int64_t pairs, std::int64_t entries) {
   const std::int64_t by_ctas = pairs > 0 ? kDecodeCtaTarget / pairs : 1;
-  const std::int64_t most = pairs > 0 && pairs * kDecodeMaxSplits <= kDecodeFewCtas &&
-                                    entries >= std::int64_t{kDecodeFewPairsMinEntries} * kDecodeMaxSplits
+  const std::int64_t most = few_pairs(pairs) && entries >= std::int64_t{kDecodeFewPairsMinEntries} * kDecodeMaxSplits
                                 ? kDecodeMaxSplits
                                 : kDecodePairSplits;
   return static_cast<int>(std::clamp<std::int64_t>(std::min(by_ctas, entries / kDecodeMinEntriesPerSplit), 1, most));

@@ -93,6 +93,10 @@ __device__ __forceinline__ bool read_once(const List& list, int u) {
   return ((list.once_segments >> union_key::segment(list.block[u])) & 1u) != 0u;
 }
 
+// Whether the narrow builders sort each tile's union by key (step 4b of build_narrow_list): a
+// decode request spread over several tiles (Q > q_per_tile: G > 8 and Q > 128 / G).
+__device__ __forceinline__ bool union_in_key_order(const TileUnionParams& p) { return p.q_per_request > p.q_per_tile; }
+
 // The narrow instances' build_list (tiles of at most 32 queries and kMaxEntries entries): each
 // entry's key, first entry and rank in scratch.
 template <class Traits>
@@ -194,7 +198,7 @@ __device__ __forceinline__ void build_narrow_list(const TileUnionParams& p, cons
   // is read by both at about the same time and the second read finds it in L2 (sibling tiles run
   // in the same round of the schedule; docs/performance.md, step 40). Each first-seen entry's
   // place is the count of smaller keys (the keys are distinct; at most 14 x 32 of them here).
-  if (p.q_per_request > p.q_per_tile) {
+  if (union_in_key_order(p)) {
     const int size = list.size;
     const auto* keys4 = reinterpret_cast<const int4*>(list.block);  // 4 keys at a time, then the rest
     for (int r = bt; r < size; r += kBuilderThreads) {

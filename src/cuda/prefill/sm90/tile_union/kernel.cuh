@@ -96,7 +96,7 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
 template <class Traits>
 __device__ __forceinline__ void prefetch_first_blocks(const TileUnionParams& p, const PrefillTma& tma, const Tile& t) {
   if constexpr (Traits::kWideTiles) return;
-  if (p.q_per_request > p.q_per_tile) return;
+  if (union_in_key_order(p)) return;
   const int lane = opaque_tid();
   const int topk = p.attn.topk;
   const int n = t.nq * topk;
