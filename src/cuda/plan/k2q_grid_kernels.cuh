@@ -85,6 +85,18 @@ __device__ __forceinline__ unsigned grid_keep_mask(const GridQuery<kK>& g) {
   return keep;
 }
 
+// Id j of the query (j < kK), picked from its registers by a select chain: the loops over a
+// query's edges stay loops, so the kernel's code stays small (unrolled over kK ids, they made
+// it 13-22 thousand instructions, whose one pass a launch waited on instruction fetch;
+// docs/performance.md, step 72).
+template <int kK>
+__device__ __forceinline__ int grid_id(const GridQuery<kK>& g, int j) {
+  int v = g.ids[0];
+#pragma unroll
+  for (int k = 1; k < kK; ++k) v = k == j ? g.ids[k] : v;
+  return v;
+}
+
 // The slot of kept id `id`: the number of kept ids below it (kept ids are distinct).
 template <int kK>
 __device__ __forceinline__ int grid_slot(const GridQuery<kK>& g, unsigned keep, int id) {
@@ -160,10 +172,9 @@ __global__ void __launch_bounds__(kGridThreads, 2)
     }
   }
 
-  // A. Routing: the flags first (every task's count reads them), then their list. The instance
-  // of 16 ids a lane holds any tile.
+  // A. Routing: the flags first (every task's count reads them), then their list.
   if (route_on) {
-    route_cta<16>(route, task, n_tasks, reinterpret_cast<std::int32_t*>(s_dyn));
+    route_cta_fit(route, task, n_tasks, reinterpret_cast<std::int32_t*>(s_dyn));
     cg::this_grid().sync();
     if (task == n_tasks - 1)
       compact_route_list<kGridThreads, 8>(
@@ -209,10 +220,9 @@ __global__ void __launch_bounds__(kGridThreads, 2)
     if (in == 0u && !counts_split) continue;
     const unsigned keep = grid_keep_mask(g);
     if (counts_split) p.split_counts[static_cast<std::int64_t>(q) * p.h_kv + h] = g.routed ? 1 : __popc(keep);
-    const unsigned hits = in & keep;
-#pragma unroll
-    for (int j = 0; j < kK; ++j)  // unrolled: ids stay in registers
-      if (hits >> j & 1u) atomicAdd(&s.edges[grid_task_row(s, g.b, l0, g.ids[j])], 1);
+#pragma unroll 1
+    for (unsigned m = in & keep; m != 0u; m &= m - 1u)
+      atomicAdd(&s.edges[grid_task_row(s, g.b, l0, grid_id(g, __ffs(m) - 1))], 1);
   }
   __syncthreads();
   const int qpi = p.q_per_item;
@@ -287,20 +297,20 @@ __global__ void __launch_bounds__(kGridThreads, 2)
         hits &= keep;
       }
     }
-#pragma unroll
-    for (int j = 0; j < kK; ++j)
-      if (hits >> j & 1u) atomicOr(&s.mask[grid_task_row(s, g.b, l0, g.ids[j]) * kGridMaskWords + warp], 1u << lane);
+#pragma unroll 1
+    for (unsigned m = hits; m != 0u; m &= m - 1u)
+      atomicOr(&s.mask[grid_task_row(s, g.b, l0, grid_id(g, __ffs(m) - 1)) * kGridMaskWords + warp], 1u << lane);
     __syncthreads();
-#pragma unroll
-    for (int j = 0; j < kK; ++j) {
-      if ((hits >> j & 1u) == 0u) continue;
-      const int row = grid_task_row(s, g.b, l0, g.ids[j]);
+#pragma unroll 1
+    for (unsigned m = hits; m != 0u; m &= m - 1u) {
+      const int id = grid_id(g, __ffs(m) - 1);
+      const int row = grid_task_row(s, g.b, l0, id);
       const unsigned* words = s.mask + row * kGridMaskWords;
       int below = __popc(words[warp] & below_lane);
       for (int w = 0; w < warp; ++w) below += __popc(words[w]);
       const int pos = s.cursor[row] + below;
       const int q_local = q - s_begin[g.b];
-      if (pos >= 0 && pos < edges_cap) g_qsplit[pos] = qsplit::encode(q_local, grid_slot(g, keep, g.ids[j]));
+      if (pos >= 0 && pos < edges_cap) g_qsplit[pos] = qsplit::encode(q_local, grid_slot(g, keep, id));
     }
     __syncthreads();
     if (tid < n_rows) {

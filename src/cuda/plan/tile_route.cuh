@@ -220,6 +220,24 @@ __device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int
   }
 }
 
+// route_cta in the instance that holds the tile's entries (route_lane_entries), for a kernel
+// that routes tiles of any size: it runs the smallest instance's code. The instances are
+// straight-line code (their loops unrolled over a lane's entries), and a planner kernel's one
+// pass over such code waits on instruction fetch: the grid path's routing of 128-entry tiles
+// took 4.6 us in the 16-entry instance, 3.7 in the 4-entry one (docs/performance.md, step 72).
+__device__ __forceinline__ void route_cta_fit(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route) {
+  switch (route_lane_entries(p.q_per_tile * p.topk)) {
+    case 4:
+      route_cta<4>(p, cta, ctas, s_route);
+      break;
+    case 8:
+      route_cta<8>(p, cta, ctas, s_route);
+      break;
+    default:
+      route_cta<16>(p, cta, ctas, s_route);
+  }
+}
+
 // CTA-collective (all kThreads threads): the flagged tiles of `flags` [h_kv * per_head] in rank
 // order (tile_of_rank) into list, their number into *count, and, when rest is set, the others in
 // rank order into rest, their number into *rest_count (the rows the combine merges). kItems
