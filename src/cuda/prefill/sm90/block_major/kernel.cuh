@@ -18,6 +18,7 @@
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
 //   q_full[2] (96 builder arrivals + TMA bytes)   q_empty[2] (256, once the O stores read it,
 //                                                  checked after the next step's S = QK^T)
+// Each consumer releases a step's Q buffer only after it has seen the buffer full, idle or not.
 #pragma once
 
 #include <cstdint>
@@ -151,7 +152,13 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
         }
         Barrier64::wait(&smem.kv.v_full[s], phase_of(use));
         if (last) Barrier64::arrive(&smem.kv.v_empty[s]);
-        Barrier64::arrive(&smem.q_empty[buf]);  // no stores read this buffer
+        // No stores read this buffer, but the release waits for it to be full. A release
+        // before that could count towards the buffer's previous use: at items of 9-12 queries
+        // (a busy step, then an idle one) this warpgroup's idle arrivals for steps s and s + 2
+        // could complete the buffer's release of step s while the other warpgroup still stages
+        // step s's O in it (docs/performance.md step 73).
+        Barrier64::wait(&smem.q_full[buf], phase_of(step));
+        Barrier64::arrive(&smem.q_empty[buf]);
         pending = -1;
         continue;
       }
