@@ -84,7 +84,7 @@ std::vector<Case> cases() {
   Case hot{"hot_rows_qpi8", spec_of(16, 1, 4, 128, {{600, 700}}, Selection::kTileShared, 8), 8};
   c.push_back(hot);
   // Items of 10 queries at G = 16 (160 rows): every item's second step leaves the second
-  // consumer warpgroup's rows all padding, thousands of times in one call, so that a release
+  // consumer warpgroup's rows all padding, over a thousand times in one call, so that a release
   // of the Q buffer out of turn by the idle warpgroup (docs/performance.md step 73) shows as a
   // rerun that differs.
   c.push_back({"items_of_ten_g16", spec_of(16, 1, 16, 128, {{1000, 2048}}, Selection::kTileShared, 25), 10});
