@@ -15,6 +15,9 @@
 #include "core/k2q_host.h"
 #include "core/tile_route.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
+#if MSA_WITH_CUDA
+#include "cuda/api/prefill_route.h"
+#endif
 #include "cpu/reference.h"
 #include "msa/msa.h"
 #include "tools/backends.h"
@@ -280,29 +283,26 @@ class Pipeline {
     host.backend = Backend::kCpu;
     // The CUDA planner under PrefillPath::kAuto routes tiles to the tile-union kernel first:
     // their rows are left out of the plan (the rule's CPU twin says which), or all of them
-    // where the cost model, given the device batch's bound, skips the plan (plan_free_queries_per_tile)
-    // or a small call plans nothing (prefill_as_decode, prefill_split_union, prefill_split_wide;
-    // the last where a call would plan otherwise, given the device batch's bound).
-    // Under PrefillPath::kTileUnion every tile goes there and nothing is planned.
+    // where plan() plans nothing (the route the library takes, from the device batch's bound:
+    // cuda::choose_prefill_route). Under PrefillPath::kTileUnion every tile goes there.
     std::vector<std::uint8_t> flags;
     TileRoute route;
+#if MSA_WITH_CUDA
     if (opt.backend == Backend::kCuda && opt.prefill_path != PrefillPath::kBlockMajor && prefill_.total_q > 0) {
-      route.q_per_tile = cuda::tile_union_queries_per_tile(shape_.group(), shape_.topk);
       const auto b_count = static_cast<int>(o_.requests.size());
       const std::int64_t bound = score_cols(prefill_) * kBlockSize;
-      const int free_q = cuda::plan_free_queries_per_tile(nullptr, nullptr, b_count, prefill_.total_q, bound,
-                                                          shape_.h_kv, shape_.group(), shape_.topk);
-      if (opt.prefill_path == PrefillPath::kTileUnion || cuda::prefill_as_decode(b_count, prefill_.total_q, bound) ||
-          cuda::prefill_split_union(b_count, prefill_.total_q, bound) || free_q > 0 ||
-          cuda::prefill_split_wide(nullptr, nullptr, b_count, prefill_.total_q, bound, shape_.h_kv, shape_.h_q,
-                                   shape_.d, shape_.topk, 0, 0))
+      const cuda::PrefillRouteChoice choice = cuda::choose_prefill_route(
+          shape_, opt.prefill_path, /*union_readable=*/true, nullptr, nullptr, b_count, prefill_.total_q, bound);
+      route.q_per_tile = cuda::tile_union_queries_per_tile(shape_.group(), shape_.topk);
+      if (cuda::every_tile_on_union(choice.route))
         flags.assign(static_cast<std::size_t>(shape_.h_kv * tiles_per_head(prefill_.total_q, route.q_per_tile)), 1);
-      else
+      else if (choice.route == cuda::PrefillRoute::kRouted)
         flags = route_tiles_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),
                                  prefill_.k_len.data<std::int32_t>(), b_count, shape_.h_kv, shape_.group(),
                                  prefill_.total_q, shape_.topk, route.q_per_tile);
-      route.union_tile = flags.data();
+      if (!flags.empty()) route.union_tile = flags.data();
     }
+#endif
     const K2qCsr oracle = build_k2q_csr_routed(shape_, prefill_.batch(), prefill_.topk.view(), host, route);
     row.check = check_plan(plan, oracle, prefill_.topk, o_.requests, oracle.q_per_item, route);
     row.detail += "; spec invariants; = host builder";

@@ -14,6 +14,7 @@
 #include "bench/workload.h"
 #include "cpu/reference.h"
 #include "cuda/api/decode_params.h"
+#include "cuda/api/prefill_route.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
 #include "tests/support/cuda_check.h"
@@ -371,11 +372,10 @@ TEST(HostileCuda, SplitSmallCallsStayInBoundsOnBrokenDeviceBatches) {
     DeviceCase c(spec);
     const std::int64_t total = 4 * per;
     // The route plan() takes (as cuda/api/prefill.cpp decides it, from the device batch's bound).
-    const int q_per_tile = msa::cuda::tile_union_queries_per_tile(16, 16);
-    const int free_q = msa::cuda::plan_free_queries_per_tile(nullptr, nullptr, 4, total, c.max_k_len, 4, 16, 16);
-    const int splits = msa::cuda::prefill_union_splits(4, total, q_per_tile, c.max_k_len, 16);
-    ASSERT_TRUE(msa::cuda::prefill_split_union(4, total, c.max_k_len) ||
-                msa::cuda::prefill_split_wide(nullptr, nullptr, 4, total, c.max_k_len, 4, 64, 128, 16, free_q, splits))
+    ASSERT_EQ(msa::cuda::choose_prefill_route(spec.shape, msa::PrefillPath::kAuto, true, nullptr, nullptr, 4, total,
+                                              c.max_k_len)
+                  .route,
+              msa::cuda::PrefillRoute::kSplit)
         << per;
     HostTensor rows(msa::DType::kInt32, c.w.topk.shape());
     auto* r = rows.data<std::int32_t>();

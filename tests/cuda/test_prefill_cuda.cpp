@@ -21,6 +21,7 @@
 #include "core/tile_route.h"
 #include "cpu/reference.h"
 #include "cuda/api/decode_params.h"
+#include "cuda/api/prefill_route.h"
 #include "cuda/instances.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
@@ -303,26 +304,18 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
   for (const Request& r : c.spec.requests) max_k_len = std::max<std::int64_t>(max_k_len, r.k_len);
   const int q_per_tile = msa::cuda::tile_union_queries_per_tile(s.group(), s.topk);
   const auto b_count = static_cast<std::int64_t>(c.spec.requests.size());
-  if (c.path == msa::PrefillPath::kAuto) {
-    const int free_q = c.host_batch ? msa::cuda::plan_free_queries_per_tile(
-                                          w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), b_count,
-                                          w.total_q, max_k_len, s.h_kv, s.group(), s.topk)
-                                    : msa::cuda::plan_free_queries_per_tile(nullptr, nullptr, b_count, w.total_q,
-                                                                            max_k_len, s.h_kv, s.group(), s.topk);
-    const bool routed = msa::cuda::prefill_as_decode(b_count, w.total_q, max_k_len);
-    EXPECT_EQ(routed, c.decode_route) << c.name;
-    const int splits = msa::cuda::prefill_union_splits(s.h_kv, w.total_q, q_per_tile, max_k_len, s.topk);
-    const bool split =
-        !routed && (msa::cuda::prefill_split_union(b_count, w.total_q, max_k_len) ||
-                    msa::cuda::prefill_split_wide(c.host_batch ? w.cu_seqlens_q.data<std::int32_t>() : nullptr,
-                                                  c.host_batch ? w.k_len.data<std::int32_t>() : nullptr, b_count,
-                                                  w.total_q, max_k_len, s.h_kv, s.h_q, s.d, s.topk, free_q, splits));
-    EXPECT_EQ(split, c.split_union) << c.name;
-    if (!routed && !split) {
-      EXPECT_EQ(free_q > 0, c.union_only) << c.name;
+  if (c.path == msa::PrefillPath::kAuto) {  // the route plan() takes is the one the case is for
+    const msa::cuda::PrefillRouteChoice route = msa::cuda::choose_prefill_route(
+        s, c.path, /*union_readable=*/true, c.host_batch ? w.cu_seqlens_q.data<std::int32_t>() : nullptr,
+        c.host_batch ? w.k_len.data<std::int32_t>() : nullptr, b_count, w.total_q, max_k_len);
+    EXPECT_EQ(route.route == msa::cuda::PrefillRoute::kDecode, c.decode_route) << c.name;
+    EXPECT_EQ(route.route == msa::cuda::PrefillRoute::kSplit, c.split_union) << c.name;
+    if (!c.decode_route && !c.split_union) {
+      EXPECT_EQ(route.route == msa::cuda::PrefillRoute::kPlanFree, c.union_only) << c.name;
     }
     if (c.free_queries > 0) {
-      EXPECT_EQ(free_q, c.free_queries) << c.name;
+      EXPECT_EQ(route.route, msa::cuda::PrefillRoute::kPlanFree) << c.name;
+      EXPECT_EQ(route.q_per_tile, c.free_queries) << c.name;
     }
   }
   if (c.mixed_route) {

@@ -19,6 +19,7 @@
 #include "cuda/api/dispatch.h"
 #include "cuda/api/host_mirrors.h"
 #include "cuda/api/prefill_params.h"
+#include "cuda/api/prefill_route.h"
 #include "cuda/api/prefill_workspace.h"
 #include "cuda/combine/launch.h"
 #include "cuda/common/check.h"
@@ -120,53 +121,33 @@ class PrefillCuda final : public SparsePrefill::Impl {
       in.stride_topk_head = topk.stride[0];
       in.stride_topk_token = topk.stride[1];
     }
-    // Every tile on the tile-union kernel needs no device plan: PrefillPath::kTileUnion, or
-    // kAuto where the routing's cost model finds the union kernel on every tile, each union at
-    // its bound, no dearer than the routed call (union_only_batch). plan() then only stages
-    // host inputs. Otherwise kAuto routes each tile to the cheaper kernel before the plan is
-    // built, so that the k2q plan leaves the union tiles' rows out. The tile-union kernel reads
-    // top-k rows with a contiguous last dim; otherwise every tile stays block-major.
-    // A plan-free call's tiles may hold more queries than a routed call's (at G <= 3), where
-    // every tile's union fits the kernel's list (plan_free_queries_per_tile).
+    // The route (prefill_route.h). Every tile on the tile-union kernel needs no device plan:
+    // PrefillPath::kTileUnion, or kAuto where the routing's cost model finds the union kernel on
+    // every tile, each union at its bound, no dearer than the routed call (union_only_batch;
+    // such plan-free tiles may hold more queries than a routed call's at G <= 3), one request of
+    // at most 16 queries (a decode step of Q = total_q on the same tensors: head-major top-k,
+    // k_len as seq_len), or a small call split like the decode (prefill_split_union: a few
+    // queries of several requests; prefill_split_wide: up to 1024 queries where that is expected
+    // to cost less than the plan-free tiles or the plan and block-major run otherwise taken: the
+    // union kernel's routed tiles, each split over its union into the partials' slots, and the
+    // combine). Otherwise kAuto routes each tile to the cheaper kernel before the plan is built,
+    // so that the k2q plan leaves the union tiles' rows out. The tile-union kernel reads top-k
+    // rows with a contiguous last dim; otherwise every tile stays block-major.
     const bool union_readable = host_topk || topk.stride[2] == 1;
-    const bool automatic = options.prefill_path == PrefillPath::kAuto;
-    const std::int32_t* host_cu = host_batch ? info.cu_q.data() : nullptr;
-    const std::int32_t* host_k_len = host_batch ? info.k_len.data() : nullptr;
-    union_q_per_tile_ = tile_union_queries_per_tile(shape.group(), shape.topk);
-    // One request of at most 16 queries (prefill_as_decode): a decode step of Q = total_q on the
-    // same tensors (head-major top-k, k_len as seq_len). plan() then builds nothing.
-    decode_route_ = automatic && union_readable && prefill_as_decode(b_count, total_q, max_k_len);
-    // A small call split like the decode (prefill_split_union: a few queries of several
-    // requests; prefill_split_wide: up to 1024 queries where that is expected to cost less than
-    // the plan-free tiles or the plan and block-major run otherwise taken): the union kernel's
-    // routed tiles, each split over its union into the partials' slots (prefill_union_splits:
-    // the decode's split rule), and the combine; nothing built.
-    const int splits = prefill_union_splits(shape.h_kv, total_q, union_q_per_tile_, max_k_len, shape.topk);
-    split_union_ = automatic && union_readable && !decode_route_ && prefill_split_union(b_count, total_q, max_k_len);
-    // Every tile on the union kernel, without a plan: kTileUnion (forced), or kAuto where the
-    // routing's cost model takes it (plan_free_queries_per_tile).
-    int free_q = 0;
-    if (options.prefill_path == PrefillPath::kTileUnion)
-      free_q =
-          forced_union_queries_per_tile(host_cu, host_k_len, b_count, total_q, max_k_len, shape.group(), shape.topk);
-    else if (automatic && !decode_route_ && !split_union_ && total_q > 0 && union_readable)
-      free_q = plan_free_queries_per_tile(host_cu, host_k_len, b_count, total_q, max_k_len, shape.h_kv, shape.group(),
-                                          shape.topk);
-    if (automatic && union_readable && !decode_route_ && !split_union_)
-      split_union_ = prefill_split_wide(host_cu, host_k_len, b_count, total_q, max_k_len, shape.h_kv, shape.h_q,
-                                        shape.d, shape.topk, free_q, splits);
-    union_only_ = false;
+    const PrefillRouteChoice route =
+        choose_prefill_route(shape, options.prefill_path, union_readable, host_batch ? info.cu_q.data() : nullptr,
+                             host_batch ? info.k_len.data() : nullptr, b_count, total_q, max_k_len);
+    decode_route_ = route.route == PrefillRoute::kDecode;
+    split_union_ = route.route == PrefillRoute::kSplit;
+    union_only_ = route.route == PrefillRoute::kPlanFree;
+    routed_ = route.route == PrefillRoute::kRouted;
+    union_q_per_tile_ = route.q_per_tile;
+    union_splits_ = route.splits;
     if (decode_route_) {
       decode_geo_ = decode_geometry(shape, 1, static_cast<int>(total_q), max_k_len);
       decode_ws_ = decode_workspace(shape, decode_geo_, ws_.decode);
       MSA_ASSERT(decode_ws_.bytes <= ws_.decode_bytes);
-    } else if (split_union_) {
-      union_splits_ = splits;
-    } else if (free_q > 0) {
-      union_only_ = true;
-      union_q_per_tile_ = free_q;
     }
-    routed_ = automatic && !decode_route_ && !split_union_ && !union_only_ && total_q > 0 && union_readable;
     // plan_snapshot() of a plan that built nothing rebuilds it on the host from these.
     planned_topk_ = TensorView::strided(const_cast<std::int32_t*>(in.topk), DType::kInt32,
                                         {shape.h_kv, total_q, shape.topk},

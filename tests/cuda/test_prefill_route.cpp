@@ -1,0 +1,81 @@
+// The CUDA prefill's route (cuda/api/prefill_route.h), host-side only (no GPU needed): the one
+// answer plan() follows and `msa run` checks its plan against. `msa run` once mirrored the
+// decision with its own copy of the rules, which missed prefill_split_wide's split count and
+// plan-free answer and so checked split calls against a routed plan (a random-shape sweep on
+// the H200, docs/performance.md step 74: 34 of 359 calls, every one's prefill correct).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/api/decode_params.h"
+#include "cuda/api/prefill_route.h"
+#include "cuda/prefill/sm90/tile_union/geometry.h"
+#include "msa/msa.h"
+
+namespace {
+
+using msa::PrefillPath;
+using msa::cuda::choose_prefill_route;
+using msa::cuda::PrefillRoute;
+
+// A device batch (sizes only, taken at the bound).
+msa::cuda::PrefillRouteChoice device_route(const msa::AttentionShape& s, PrefillPath path, std::int64_t batch,
+                                           std::int64_t total_q, std::int64_t max_k_len, bool readable = true) {
+  return choose_prefill_route(s, path, readable, nullptr, nullptr, batch, total_q, max_k_len);
+}
+
+TEST(PrefillRoute, EachPathAndEachCallShape) {
+  const msa::AttentionShape s{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
+  const int routed_q = msa::cuda::tile_union_queries_per_tile(16, 16);
+  // Fixed paths.
+  for (const std::int64_t q : {0, 1, 16, 171, 2048}) {
+    EXPECT_EQ(device_route(s, PrefillPath::kBlockMajor, 1, q, 131072).route, PrefillRoute::kBlockMajor) << q;
+    const auto u = device_route(s, PrefillPath::kTileUnion, 1, q, 131072);
+    EXPECT_EQ(u.route, PrefillRoute::kPlanFree) << q;
+    EXPECT_GE(u.q_per_tile, routed_q) << q;
+  }
+  // kAuto: a decode step for one request of 1-16 queries on more than 4 blocks.
+  EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 16, 16384).route, PrefillRoute::kDecode);
+  EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 17, 16384).route == PrefillRoute::kDecode, false);
+  // Several requests of 16 queries in all: split, at the decode's split count.
+  const auto split = device_route(s, PrefillPath::kAuto, 4, 16, 65536);
+  EXPECT_EQ(split.route, PrefillRoute::kSplit);
+  EXPECT_EQ(split.splits, msa::cuda::prefill_union_splits(4, 16, routed_q, 65536, 16));
+  EXPECT_EQ(split.q_per_tile, routed_q);
+  // A 2048-token chunk on a long prefix: the device plan, routed tile by tile.
+  const auto chunk = device_route(s, PrefillPath::kAuto, 1, 2048, 133120);
+  EXPECT_EQ(chunk.route, PrefillRoute::kRouted);
+  EXPECT_EQ(chunk.q_per_tile, routed_q);
+  EXPECT_EQ(chunk.splits, 1);
+  // No query, or top-k rows the union kernel cannot read: the block-major kernel alone.
+  EXPECT_EQ(device_route(s, PrefillPath::kAuto, 2, 0, 4096).route, PrefillRoute::kBlockMajor);
+  EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 2048, 133120, /*readable=*/false).route, PrefillRoute::kBlockMajor);
+  EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 8, 16384, /*readable=*/false).route, PrefillRoute::kBlockMajor);
+  EXPECT_TRUE(msa::cuda::every_tile_on_union(PrefillRoute::kSplit));
+  EXPECT_FALSE(msa::cuda::every_tile_on_union(PrefillRoute::kRouted));
+}
+
+// The calls the sweep found checked against the wrong plan: from a device batch, plan() splits
+// them (prefill_split_wide with the split count and the plan-free answer it is given), where
+// asking prefill_split_wide without them (free_q = 0, splits = 0), as `msa run` did, says no.
+TEST(PrefillRoute, SplitWideCallsOfTheSweepAreSplit) {
+  struct Call {
+    msa::AttentionShape s;
+    std::int64_t batch, total_q, max_k_len;
+  };
+  const std::vector<Call> calls = {
+      {{.h_q = 1, .h_kv = 1, .d = 128, .topk = 31}, 19, 97, 896},   // sweep seed 176, case 101
+      {{.h_q = 14, .h_kv = 2, .d = 128, .topk = 15}, 11, 60, 896},  // case 132
+  };
+  for (const Call& c : calls) {
+    const auto r = device_route(c.s, PrefillPath::kAuto, c.batch, c.total_q, c.max_k_len);
+    EXPECT_EQ(r.route, PrefillRoute::kSplit) << c.total_q;
+    EXPECT_GE(r.splits, 2) << c.total_q;
+    EXPECT_FALSE(msa::cuda::prefill_split_wide(nullptr, nullptr, c.batch, c.total_q, c.max_k_len, c.s.h_kv, c.s.h_q,
+                                               c.s.d, c.s.topk, 0, 0))
+        << c.total_q;
+  }
+}
+
+}  // namespace
