@@ -1,24 +1,28 @@
 #include "bench/route_share.h"
 
+#if MSA_WITH_CUDA
 #include <algorithm>
 #include <vector>
 
 #include "core/tile_route.h"
-#include "cuda/prefill/sm90/tile_union/geometry.h"
+#include "cuda/api/prefill_route.h"
 
 namespace msa::bench {
 
-double union_tile_share(const Workload& w, std::int64_t max_k_len) {
+double union_tile_share(const Workload& w, std::int64_t max_k_len, PrefillPath path) {
   const AttentionShape& s = w.spec.shape;
-  if (cuda::plan_free_queries_per_tile(nullptr, nullptr, static_cast<std::int64_t>(w.spec.requests.size()), w.total_q,
-                                       max_k_len, s.h_kv, s.group(), s.topk) > 0)
-    return 1.0;
-  const int q_per_tile = cuda::tile_union_queries_per_tile(s.group(), s.topk);
+  const auto batch = static_cast<std::int64_t>(w.spec.requests.size());
+  if (w.total_q <= 0) return 0.0;
+  const cuda::PrefillRouteChoice choice =
+      cuda::choose_prefill_route(s, path, /*union_readable=*/true, nullptr, nullptr, batch, w.total_q, max_k_len);
+  if (cuda::every_tile_on_union(choice.route)) return 1.0;
+  if (choice.route != cuda::PrefillRoute::kRouted) return 0.0;
   const std::vector<std::uint8_t> route =
       route_tiles_host(w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
-                       static_cast<int>(w.spec.requests.size()), s.h_kv, s.group(), w.total_q, s.topk, q_per_tile);
+                       static_cast<int>(batch), s.h_kv, s.group(), w.total_q, s.topk, choice.q_per_tile);
   if (route.empty()) return 0.0;
   return static_cast<double>(std::count(route.begin(), route.end(), 1)) / static_cast<double>(route.size());
 }
 
 }  // namespace msa::bench
+#endif  // MSA_WITH_CUDA

@@ -213,10 +213,8 @@ Row bench_case(const BenchOptions& o, const BenchCase& c, std::uint64_t seed) {
   const double flops = bench::attention_flops(s, stats);
   const double bytes = bench::prefill_bytes(s, stats, total_q).total();
   const double floor_ms = bench::floor_seconds(flops, bytes) * 1e3;
-  // Tiles on the tile-union kernel: all, none, or those PrefillPath::kAuto sends there.
-  const double union_share = c.path == PrefillPath::kTileUnion    ? 1.0
-                             : c.path == PrefillPath::kBlockMajor ? 0.0
-                                                                  : bench::union_tile_share(w, max_k);
+  // Tiles on the tile-union kernel: all, none, or those the path's route sends there.
+  const double union_share = bench::union_tile_share(w, max_k, c.path);
 
   // Device tensors; Q/K/V/out rotate over `sets` copies whose total exceeds 2x L2.
   const std::int64_t q_elems = total_q * s.h_q * s.d;

@@ -5,9 +5,13 @@
 // the H200, docs/performance.md step 74: 34 of 359 calls, every one's prefill correct).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "bench/route_share.h"
+#include "bench/workload.h"
 #include "cuda/api/decode_params.h"
 #include "cuda/api/prefill_route.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
@@ -76,6 +80,30 @@ TEST(PrefillRoute, SplitWideCallsOfTheSweepAreSplit) {
                                                c.s.d, c.s.topk, 0, 0))
         << c.total_q;
   }
+}
+
+// msa bench's union column follows the route too: a decode step and the split calls run every
+// tile on the union kernel (it printed 0% for them while it asked only the plan-free rule).
+TEST(PrefillRoute, BenchUnionShareFollowsTheRoute) {
+  const auto share = [](std::vector<msa::bench::Request> requests, PrefillPath path) {
+    msa::bench::WorkloadSpec spec;
+    spec.shape = {.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
+    spec.requests = std::move(requests);
+    spec.host_values = false;
+    spec.seed = 7;
+    const msa::bench::Workload w = msa::bench::make_workload(spec);
+    std::int64_t max_k = 0;
+    for (const auto& r : spec.requests) max_k = std::max<std::int64_t>(max_k, r.k_len);
+    return msa::bench::union_tile_share(w, max_k, path);
+  };
+  EXPECT_EQ(share({{16, 16384}}, PrefillPath::kAuto), 1.0);                                         // a decode step
+  EXPECT_EQ(share({{16, 65600}, {16, 65600}, {16, 65600}, {16, 65600}}, PrefillPath::kAuto), 1.0);  // split
+  EXPECT_EQ(share({{2048, 133120}}, PrefillPath::kBlockMajor), 0.0);
+  EXPECT_EQ(share({{2048, 133120}}, PrefillPath::kTileUnion), 1.0);
+  const double routed = share({{2048, 133120}}, PrefillPath::kAuto);  // random: few tiles or none
+  EXPECT_GE(routed, 0.0);
+  EXPECT_LT(routed, 0.5);
+  EXPECT_EQ(share({{0, 4096}}, PrefillPath::kAuto), 0.0);  // no query
 }
 
 }  // namespace
