@@ -13,11 +13,8 @@
 //   g++ -std=c++20 -O2 -fopenmp -Isrc -Iinclude -I. scripts/route_call_model.cpp
 //       build/dev/libmsa_bench.a build/dev/libmsa.a -L/usr/local/cuda/lib64 -lcudart
 // (one command line).
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <set>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -29,44 +26,12 @@ namespace {
 
 using namespace msa;
 
-struct Candidates {
-  std::int64_t tiles = 0, n = 0, unions = 0, edges = 0;
-};
-
-// The per-tile rule over every (KV head, query tile) pair, as route_tiles_host counts it.
-Candidates candidates(const bench::Workload& w) {
+// The per-tile rule's flagged tiles of a workload and their sums (route_tiles_host_counts).
+TileRouteCounts candidates(const bench::Workload& w) {
   const AttentionShape& s = w.spec.shape;
-  const int q_per_tile = cuda::tile_union_queries_per_tile(s.group(), s.topk);
-  const int batch = static_cast<int>(w.spec.requests.size());
-  const std::int32_t* topk = w.topk.data<std::int32_t>();
-  const std::int32_t* cu = w.cu_seqlens_q.data<std::int32_t>();
-  const std::int32_t* k_len = w.k_len.data<std::int32_t>();
-  const std::int64_t per_head = tiles_per_head(w.total_q, q_per_tile);
-  Candidates c;
-  c.tiles = per_head * s.h_kv;
-  for (std::int64_t tile = 0; tile < c.tiles; ++tile) {
-    const int h = static_cast<int>(tile / per_head);
-    const std::int64_t q0 = (tile - h * per_head) * q_per_tile;
-    std::set<std::pair<int, int>> blocks;
-    std::int64_t edges = 0;
-    int b = 0;
-    for (std::int64_t q = q0; q < std::min<std::int64_t>(q0 + q_per_tile, w.total_q); ++q) {
-      while (b + 1 < batch && cu[b + 1] <= q) ++b;
-      const std::int64_t visible = (std::max(k_len[b], 0) + 127) / 128;
-      std::set<int> row;
-      const std::int32_t* ids = topk + (std::int64_t(h) * w.total_q + q) * s.topk;
-      for (int k = 0; k < s.topk; ++k)
-        if (ids[k] >= 0 && ids[k] < visible) row.insert(ids[k]);
-      edges += static_cast<std::int64_t>(row.size());
-      for (const int id : row) blocks.insert({b, id});
-    }
-    if (union_path_wins(blocks.size(), static_cast<std::uint64_t>(edges), s.group())) {
-      ++c.n;
-      c.unions += static_cast<std::int64_t>(blocks.size());
-      c.edges += edges;
-    }
-  }
-  return c;
+  return route_tiles_host_counts(w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(),
+                                 w.k_len.data<std::int32_t>(), static_cast<int>(w.spec.requests.size()), s.h_kv,
+                                 s.group(), w.total_q, s.topk, cuda::tile_union_queries_per_tile(s.group(), s.topk));
 }
 
 }  // namespace
@@ -106,15 +71,16 @@ int main() {
       spec.selection = selection;
       spec.seed = 1;  // msa bench prefill's default
       spec.host_values = false;
-      const Candidates c = candidates(bench::make_workload(spec));
+      const TileRouteCounts c = candidates(bench::make_workload(spec));
       const int group = call.h_q / call.h_kv;
-      const std::int64_t rounds = (c.n + kUnionSms - 1) / kUnionSms;
-      const double mean = c.n > 0 ? static_cast<double>(c.unions) / static_cast<double>(c.n) : 0.0;
+      const std::uint64_t n = c.tiles;  // the per-tile rule's
+      const std::uint64_t rounds = (n + kUnionSms - 1) / kUnionSms;
+      const double mean = n > 0 ? static_cast<double>(c.unions) / static_cast<double>(n) : 0.0;
       const double makespan = static_cast<double>(rounds) * (mean * kBlockUs + kTileUs);
-      const double saved = static_cast<double>(block_major_path_cost(static_cast<std::uint64_t>(c.edges), group)) * kUnitUs;
+      const double saved = static_cast<double>(block_major_path_cost(c.edges, group)) * kUnitUs;
       std::printf("| %s | %s | %lld | %lld | %lld | %.0f | %.0f | %+.0f |\n", sel, call.name,
-                  static_cast<long long>(c.tiles), static_cast<long long>(c.n), static_cast<long long>(rounds), makespan,
-                  saved, c.n > 0 ? makespan - saved + kCallUs : 0.0);
+                  static_cast<long long>(c.flags.size()), static_cast<long long>(n), static_cast<long long>(rounds),
+                  makespan, saved, n > 0 ? makespan - saved + kCallUs : 0.0);
     }
   }
 }

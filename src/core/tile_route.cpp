@@ -10,11 +10,12 @@
 
 namespace msa {
 
-std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
-                                           const std::int32_t* k_len, int batch, int h_kv, int group,
-                                           std::int64_t total_q, int topk_width, int q_per_tile) {
+TileRouteCounts route_tiles_host_counts(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
+                                        const std::int32_t* k_len, int batch, int h_kv, int group, std::int64_t total_q,
+                                        int topk_width, int q_per_tile) {
   const std::int64_t per_head = tiles_per_head(total_q, q_per_tile);
-  std::vector<std::uint8_t> route(static_cast<std::size_t>(per_head * h_kv), 0);
+  TileRouteCounts r;
+  r.flags.assign(static_cast<std::size_t>(per_head * h_kv), 0);
   for (std::int64_t tile = 0; tile < per_head * h_kv; ++tile) {
     const int h = static_cast<int>(tile / per_head);
     const std::int64_t q0 = (tile - h * per_head) * q_per_tile;
@@ -31,9 +32,20 @@ std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::
       edges += row.size();
       for (std::int32_t id : row) blocks_of_tile.insert({b, id});
     }
-    route[tile] = union_path_wins(blocks_of_tile.size(), edges, group) ? 1 : 0;
+    if (union_path_wins(blocks_of_tile.size(), edges, group)) {
+      r.flags[static_cast<std::size_t>(tile)] = 1;
+      ++r.tiles;
+      r.unions += blocks_of_tile.size();
+      r.edges += edges;
+    }
   }
-  return route;
+  return r;
+}
+
+std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
+                                           const std::int32_t* k_len, int batch, int h_kv, int group,
+                                           std::int64_t total_q, int topk_width, int q_per_tile) {
+  return route_tiles_host_counts(topk, cu_seqlens_q, k_len, batch, h_kv, group, total_q, topk_width, q_per_tile).flags;
 }
 
 namespace {

@@ -172,5 +172,13 @@ inline constexpr int kAnyTopk = 1 << 30;
 std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
                                            const std::int32_t* k_len, int batch, int h_kv, int group,
                                            std::int64_t total_q, int topk_width, int q_per_tile);
+// The same, with the sums over the tiles it flags: their number, union blocks and edges.
+struct TileRouteCounts {
+  std::vector<std::uint8_t> flags;
+  std::uint64_t tiles = 0, unions = 0, edges = 0;
+};
+TileRouteCounts route_tiles_host_counts(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
+                                        const std::int32_t* k_len, int batch, int h_kv, int group, std::int64_t total_q,
+                                        int topk_width, int q_per_tile);
 
 }  // namespace msa

@@ -41,7 +41,7 @@ TEST(PrefillRoute, EachPathAndEachCallShape) {
   }
   // kAuto: a decode step for one request of 1-16 queries on more than 4 blocks.
   EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 16, 16384).route, PrefillRoute::kDecode);
-  EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 17, 16384).route == PrefillRoute::kDecode, false);
+  EXPECT_NE(device_route(s, PrefillPath::kAuto, 1, 17, 16384).route, PrefillRoute::kDecode);
   // Several requests of 16 queries in all: split, at the decode's split count.
   const auto split = device_route(s, PrefillPath::kAuto, 4, 16, 65536);
   EXPECT_EQ(split.route, PrefillRoute::kSplit);
