@@ -91,6 +91,14 @@ inline constexpr std::uint64_t kRoutedCallCost = 6900 * kUnionBlockCost * 128;
 // call (16 new tokens on a 16k prefix: 2 tiles per KV head of 128 union blocks, 0.17 ms on the
 // union kernel against 0.05 routed; docs/performance.md, step 32).
 inline constexpr std::uint64_t kUnionSms = 132;
+// A call of fewer (KV head, query tile) pairs than kUnionSms is not routed (PrefillPath::kAuto
+// runs it on the block-major kernel alone): the union kernel's routed tiles then run one a CTA,
+// so the call waits for the longest one's union blocks in series (at least topk of them), while
+// each routed tile takes only its own share of the block-major kernel's work off the GPU. On
+// the H200 at G = 16, 171 new tokens (88 tiles) ran 13% slower routed with random selections
+// (none routed: the routing and the union kernel's launch), 2x slower with clustered ones (30%
+// routed) and as fast with tile-shared ones (95%) (docs/performance.md, step 74).
+constexpr bool routing_may_pay(std::int64_t tiles) { return tiles >= static_cast<std::int64_t>(kUnionSms); }
 
 // A routing of the tiles of one problem: union_tile[tile] != 0 sends the tile's (query, KV
 // head) rows to the tile-union kernel; the k2q plan then holds none of their edges and gives

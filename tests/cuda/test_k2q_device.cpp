@@ -23,6 +23,7 @@
 #include "bench/workload.h"
 #include "core/k2q_host.h"
 #include "core/tile_route.h"
+#include "cuda/api/prefill_route.h"
 #include "cuda/plan/k2q_device.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/msa.h"
@@ -703,14 +704,29 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
   for (const PlanCase& c : {cases()[2], cases()[7], cases()[9], cases()[11], cases()[16], cases()[5]}) {
     SCOPED_TRACE(c.name);
     const PlanInputs in = make_inputs(c);
+    const auto b_count = static_cast<std::int64_t>(c.requests.size());
     const std::vector<std::uint8_t> flags = rule_route(c, in);
-    union_tiles += std::count(flags.begin(), flags.end(), 1);
-    block_major_tiles += std::count(flags.begin(), flags.end(), 0);
     const int q_per_tile = msa::cuda::tile_union_queries_per_tile(shape_of(c).group(), c.topk);
     const msa::K2qCsr routed = host_plan(c, in, msa::TileRoute{q_per_tile, flags.data()});
+    const msa::K2qCsr block_major = host_plan(c, in);
     const std::vector<std::uint8_t> every(flags.size(), 1);
     const msa::K2qCsr all_union = host_plan(c, in, msa::TileRoute{q_per_tile, every.data()});
-    const auto b_count = static_cast<std::int64_t>(c.requests.size());
+    // The plan of a call that builds one: the rule's union tiles left out where plan() routes
+    // (choose_prefill_route: kRouted), every row where it does not (fewer tiles than routing may
+    // pay for: routing_may_pay).
+    const auto planned = [&](const std::int32_t* cu, const std::int32_t* kl, std::int64_t max_k) -> const msa::K2qCsr& {
+      const msa::cuda::PrefillRoute r =
+          msa::cuda::choose_prefill_route(shape_of(c), msa::PrefillPath::kAuto, /*union_readable=*/true, cu, kl,
+                                          b_count, in.total_q, max_k)
+              .route;
+      return r == msa::cuda::PrefillRoute::kRouted ? routed : block_major;
+    };
+    const msa::K2qCsr& host_planned =
+        planned(in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(), in.max_k_len);
+    if (&host_planned == &routed) {
+      union_tiles += std::count(flags.begin(), flags.end(), 1);
+      block_major_tiles += std::count(flags.begin(), flags.end(), 0);
+    }
     const int g = shape_of(c).group();
     const bool host_union_only =
         msa::union_only_batch(in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(), b_count, in.total_q,
@@ -718,10 +734,10 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     const bool device_union_only =
         msa::union_only_batch(nullptr, nullptr, b_count, in.total_q, in.max_k_len + 333, c.h_kv, g, c.topk, q_per_tile);
     union_only_plans += host_union_only + device_union_only;
-    const msa::K2qCsr& host = host_union_only ? all_union : routed;
+    const msa::K2qCsr& host = host_union_only ? all_union : host_planned;
     // The fixed paths: every tile on the union kernel (plan() builds nothing), or none.
-    for (const auto& [path, want] : {std::pair{msa::PrefillPath::kTileUnion, all_union},
-                                     std::pair{msa::PrefillPath::kBlockMajor, host_plan(c, in)}}) {
+    for (const auto& [path, want] :
+         {std::pair{msa::PrefillPath::kTileUnion, all_union}, std::pair{msa::PrefillPath::kBlockMajor, block_major}}) {
       msa::Options fixed;
       fixed.backend = msa::Backend::kCuda;
       fixed.q_per_item = c.q_per_item;
@@ -743,7 +759,7 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     const msa::TensorView topk = dp.topk.view;
     EXPECT_THROW(op.plan(batch, topk), msa::Error);  // device batch needs a bound
     op.plan(batch, topk, in.max_k_len + 333, nullptr);
-    expect_same_plan(device_union_only ? all_union : routed, op.plan_snapshot());
+    expect_same_plan(device_union_only ? all_union : planned(nullptr, nullptr, in.max_k_len + 333), op.plan_snapshot());
 
     // Caller-owned workspace of exactly workspace_bytes().
     const std::size_t bytes = msa::SparsePrefill::workspace_bytes(
@@ -753,7 +769,7 @@ TEST(K2qDeviceBackend, SparsePrefillPlanSnapshot) {
     op.plan(batch, topk, in.max_k_len, nullptr);
     const bool bounded_union_only =
         msa::union_only_batch(nullptr, nullptr, b_count, in.total_q, in.max_k_len, c.h_kv, g, c.topk, q_per_tile);
-    expect_same_plan(bounded_union_only ? all_union : routed, op.plan_snapshot());
+    expect_same_plan(bounded_union_only ? all_union : planned(nullptr, nullptr, in.max_k_len), op.plan_snapshot());
     EXPECT_THROW(op.plan(batch, topk, in.max_k_len + 100000, nullptr), msa::Error);  // too small
   }
   EXPECT_GT(union_tiles, 0);

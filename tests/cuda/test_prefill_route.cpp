@@ -52,6 +52,10 @@ TEST(PrefillRoute, EachPathAndEachCallShape) {
   EXPECT_EQ(chunk.route, PrefillRoute::kRouted);
   EXPECT_EQ(chunk.q_per_tile, routed_q);
   EXPECT_EQ(chunk.splits, 1);
+  // Fewer tiles than kUnionSms: not routed (171 new tokens: 22 tiles a KV head, 88 in all).
+  EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 171, 16555).route, PrefillRoute::kBlockMajor);
+  EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 256, 16640).route, PrefillRoute::kBlockMajor);  // 128 tiles
+  EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 257, 16641).route, PrefillRoute::kRouted);      // 132 tiles
   // No query, or top-k rows the union kernel cannot read: the block-major kernel alone.
   EXPECT_EQ(device_route(s, PrefillPath::kAuto, 2, 0, 4096).route, PrefillRoute::kBlockMajor);
   EXPECT_EQ(device_route(s, PrefillPath::kAuto, 1, 2048, 133120, /*readable=*/false).route, PrefillRoute::kBlockMajor);

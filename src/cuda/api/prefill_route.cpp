@@ -1,5 +1,6 @@
 #include "cuda/api/prefill_route.h"
 
+#include "core/tile_route.h"
 #include "cuda/api/decode_params.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 
@@ -37,7 +38,7 @@ PrefillRouteChoice choose_prefill_route(const AttentionShape& shape, PrefillPath
   } else if (free_q > 0) {
     c.route = PrefillRoute::kPlanFree;
     c.q_per_tile = free_q;
-  } else if (total_q > 0) {
+  } else if (total_q > 0 && routing_may_pay(shape.h_kv * tiles_per_head(total_q, c.q_per_tile))) {
     c.route = PrefillRoute::kRouted;
   }
   return c;

@@ -11,8 +11,8 @@ namespace msa::cuda {
 
 enum class PrefillRoute {
   kBlockMajor,  // the device plan, every row on the block-major kernel, then the combine
-                // (PrefillPath::kBlockMajor; kAuto with no query or top-k rows the union kernel
-                // cannot read)
+                // (PrefillPath::kBlockMajor; kAuto with no query, top-k rows the union kernel
+                // cannot read, or fewer tiles than routing may pay for: routing_may_pay)
   kRouted,      // kAuto: the device plan routes each tile to the cheaper kernel (tile_route.h)
                 // and leaves the union tiles' rows out; both kernels, then the combine
   kPlanFree,    // every tile on the tile-union kernel, no plan (kTileUnion, or kAuto where the
