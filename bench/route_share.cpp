@@ -18,8 +18,8 @@ double union_tile_share(const Workload& w, std::int64_t max_k_len, PrefillPath p
   if (cuda::every_tile_on_union(choice.route)) return 1.0;
   if (choice.route != cuda::PrefillRoute::kRouted) return 0.0;
   const std::vector<std::uint8_t> route =
-      route_tiles_host(w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
-                       static_cast<int>(batch), s.h_kv, s.group(), w.total_q, s.topk, choice.q_per_tile);
+      route_call_host(w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
+                      static_cast<int>(batch), s.h_kv, s.group(), w.total_q, s.topk, choice.q_per_tile);
   if (route.empty()) return 0.0;
   return static_cast<double>(std::count(route.begin(), route.end(), 1)) / static_cast<double>(route.size());
 }

@@ -297,9 +297,9 @@ class Pipeline {
       if (cuda::every_tile_on_union(choice.route))
         flags.assign(static_cast<std::size_t>(shape_.h_kv * tiles_per_head(prefill_.total_q, route.q_per_tile)), 1);
       else if (choice.route == cuda::PrefillRoute::kRouted)
-        flags = route_tiles_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),
-                                 prefill_.k_len.data<std::int32_t>(), b_count, shape_.h_kv, shape_.group(),
-                                 prefill_.total_q, shape_.topk, route.q_per_tile);
+        flags = route_call_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),
+                                prefill_.k_len.data<std::int32_t>(), b_count, shape_.h_kv, shape_.group(),
+                                prefill_.total_q, shape_.topk, route.q_per_tile);
       if (!flags.empty()) route.union_tile = flags.data();
     }
 #endif

@@ -48,6 +48,17 @@ std::vector<std::uint8_t> route_tiles_host(const std::int32_t* topk, const std::
   return route_tiles_host_counts(topk, cu_seqlens_q, k_len, batch, h_kv, group, total_q, topk_width, q_per_tile).flags;
 }
 
+std::vector<std::uint8_t> route_call_host(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
+                                          const std::int32_t* k_len, int batch, int h_kv, int group,
+                                          std::int64_t total_q, int topk_width, int q_per_tile) {
+  TileRouteCounts r =
+      route_tiles_host_counts(topk, cu_seqlens_q, k_len, batch, h_kv, group, total_q, topk_width, q_per_tile);
+  if (route_call_applies(static_cast<std::int64_t>(r.flags.size())) &&
+      !route_call_pays(r.tiles, r.unions, r.edges, group))
+    std::fill(r.flags.begin(), r.flags.end(), 0);
+  return r.flags;
+}
+
 namespace {
 
 // Edges of the queries at positions 0..x-1 of one request under MSA's top-k: position p sees

@@ -102,6 +102,40 @@ inline constexpr std::uint64_t kUnionSms = 132;
 // (tile-shared selections on 96-128 tiles; step 75).
 constexpr bool routing_may_pay(std::int64_t tiles) { return tiles >= static_cast<std::int64_t>(kUnionSms); }
 
+// The routing decided for the call (docs/performance.md step 74). The per-tile rule picks the
+// candidates; the call routes them only where the union kernel's expected makespan, plus the
+// routing's own cost, is below the block-major work they take off the GPU. The union kernel runs
+// the n candidates one a CTA at a time, in rounds of kUnionSms, each a chain of its union blocks
+// (one step of kUnionSms * union_path_cost(1) units on one SM) and a tile's list, Q and stores
+// (kRouteTileSteps10 / 10 steps); kRouteCallSteps10 / 10 steps are the routing in the plan and
+// the union kernel's launch. Fitted on 33 calls on the H200 (G = 2-16, 171 to 32k queries,
+// random, clustered and tile-shared selections). From kRouteCallRounds rounds on, the per-tile
+// rule alone decides (the quantisation no longer counts, and the sums stay small); so the rule
+// took the faster path on 32 of the 33 calls, and the other (clustered 4 x 2048 on 64k, five
+// rounds) 1.2% slower. Integer arithmetic, so that the
+// device and the CPU twin agree.
+inline constexpr std::uint64_t kRouteTileSteps10 = 26;  // 5 us a tile on the H200
+inline constexpr std::uint64_t kRouteCallSteps10 = 47;  // 9 us a call
+inline constexpr std::uint64_t kRouteCallRounds = 8;
+MSA_HOST_DEVICE constexpr bool route_call_pays(std::uint64_t n, std::uint64_t unions, std::uint64_t edges, int group) {
+  if (n == 0) return false;
+  const std::uint64_t rounds = (n + kUnionSms - 1) / kUnionSms;
+  if (rounds >= kRouteCallRounds) return true;
+  const std::uint64_t step = kUnionSms * union_path_cost(1);
+  // rounds * (unions / n + 2.6) + 4.7 steps against the saved cost, all times 10 n
+  return step * (rounds * (10 * unions + kRouteTileSteps10 * n) + kRouteCallSteps10 * n) <
+         10 * n * block_major_path_cost(edges, group);
+}
+
+// The calls the routing is decided for: at most kRouteCallRounds rounds of tiles (larger calls'
+// candidates are routed by the per-tile rule alone, where they reach that many rounds; on the
+// device the planner's bitmap path folds their routing into its count, which a decision for the
+// call would have to wait for).
+inline constexpr std::uint64_t kRouteCallMaxTiles = kRouteCallRounds * kUnionSms;
+constexpr bool route_call_applies(std::int64_t tiles) {
+  return tiles >= 0 && static_cast<std::uint64_t>(tiles) <= kRouteCallMaxTiles;
+}
+
 // A routing of the tiles of one problem: union_tile[tile] != 0 sends the tile's (query, KV
 // head) rows to the tile-union kernel; the k2q plan then holds none of their edges and gives
 // them split count 1 (the union kernel writes their whole result into slot 0). Empty (null
@@ -190,5 +224,12 @@ struct TileRouteCounts {
 TileRouteCounts route_tiles_host_counts(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
                                         const std::int32_t* k_len, int batch, int h_kv, int group, std::int64_t total_q,
                                         int topk_width, int q_per_tile);
+
+// The routing plan() takes (cuda/api/prefill.cpp): route_tiles_host's candidates, all cleared
+// where the call has at most kRouteCallMaxTiles tiles (route_call_applies) and route_call_pays
+// says it does not gain by them.
+std::vector<std::uint8_t> route_call_host(const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
+                                          const std::int32_t* k_len, int batch, int h_kv, int group,
+                                          std::int64_t total_q, int topk_width, int q_per_tile);
 
 }  // namespace msa

@@ -75,6 +75,74 @@ TEST(TileRoute, Threshold) {
     EXPECT_GE(msa::block_major_path_cost(1, g), msa::block_major_path_cost(1, g - 1)) << "G " << g;
 }
 
+// The routing decided for the call (route_call_pays): candidates of the per-tile rule routed
+// only where the union kernel's rounds of them cost less than the block-major work they save.
+TEST(TileRoute, CallRoutesWhereItsRoundsPay) {
+  using msa::route_call_pays;
+  EXPECT_FALSE(route_call_pays(0, 0, 0, 16));  // no candidate
+  // Step 74's clustered 171-token chunk: 26 tiles of about 37 union blocks, 128 edges each, one
+  // round of about 40 block steps against 8 steps of block-major work: not routed.
+  EXPECT_FALSE(route_call_pays(26, 26 * 37, 26 * 128, 16));
+  // Tile-shared 512-token chunk: 256 tiles of 16 blocks in two rounds (37 steps) against 78.
+  EXPECT_TRUE(route_call_pays(256, 256 * 16, 256 * 128, 16));
+  // The same tiles, one round short of a full one: 131 of them pay, 26 do not.
+  EXPECT_TRUE(route_call_pays(131, 131 * 16, 131 * 128, 16));
+  EXPECT_FALSE(route_call_pays(26, 26 * 16, 26 * 128, 16));
+  // Quantisation: 133 tiles make a second round, which 132 did not.
+  const auto pays = [](std::uint64_t n) { return route_call_pays(n, n * 30, n * 128, 16); };
+  EXPECT_GT(static_cast<int>(pays(132)), static_cast<int>(pays(133)));
+  // From kRouteCallRounds rounds the per-tile rule alone decides.
+  EXPECT_TRUE(route_call_pays(msa::kRouteCallRounds * msa::kUnionSms, 1, 1, 16));
+  // Hand-computed at the edge: n = 100 tiles of 20 blocks and 128 edges at G = 16, one round:
+  // 135168 * (1 * (10 * 2000 + 26 * 100) + 47 * 100) = 135168 * 27300 = 3,690,086,400 against
+  // 10 * 100 * (12800 * 16 * 20) = 4,096,000,000: routed; at 24 blocks (135168 * 31300 =
+  // 4,230,758,400) not.
+  EXPECT_TRUE(route_call_pays(100, 2000, 12800, 16));
+  EXPECT_FALSE(route_call_pays(100, 2400, 12800, 16));
+}
+
+// route_call_host: route_tiles_host's flags, or none where the call does not pay.
+TEST(TileRoute, CallHostTwinKeepsOrClearsTheCandidates) {
+  // The calls it is decided for: up to kRouteCallRounds rounds of tiles.
+  EXPECT_TRUE(msa::route_call_applies(1056));
+  EXPECT_FALSE(msa::route_call_applies(1057));
+  // One request on a 16k prefix whose first 264 queries all pick blocks 0-15 (33 candidate
+  // tiles, one round that does not pay) and whose others pick 16 blocks apart from their
+  // neighbours' (no candidate): cleared in 1056 tiles, kept in 1064 (the per-tile rule alone).
+  for (const std::int64_t total_q : {std::int64_t{8448}, std::int64_t{8512}}) {
+    const std::vector<std::int32_t> cu = {0, static_cast<std::int32_t>(total_q)};
+    const std::vector<std::int32_t> k_len = {static_cast<std::int32_t>(total_q + 16384)};
+    std::vector<std::int32_t> topk(static_cast<std::size_t>(total_q) * 16);
+    for (std::int64_t q = 0; q < total_q; ++q)
+      for (int j = 0; j < 16; ++j)
+        topk[static_cast<std::size_t>(q * 16 + j)] = static_cast<std::int32_t>(q < 264 ? j : (q * 37 + j * 8) % 129);
+    const auto tiles = msa::route_tiles_host(topk.data(), cu.data(), k_len.data(), 1, 1, 16, total_q, 16, 8);
+    const auto call = msa::route_call_host(topk.data(), cu.data(), k_len.data(), 1, 1, 16, total_q, 16, 8);
+    EXPECT_EQ(std::count(tiles.begin(), tiles.end(), 1), 33) << total_q;
+    EXPECT_EQ(std::count(call.begin(), call.end(), 1), total_q / 8 > 1056 ? 33 : 0) << total_q;
+  }
+  // One request of 1056 queries on 2048 keys (16 blocks; every query picks every visible block:
+  // a tile's union is its last query's blocks, 8..16), 132 tiles at G = 16: one round that pays.
+  // The first 264 queries alone (33 tiles): their round does not.
+  for (const std::int64_t total_q : {std::int64_t{1056}, std::int64_t{264}}) {
+    const std::int32_t k = 2048;
+    const std::vector<std::int32_t> cu = {0, static_cast<std::int32_t>(total_q)};
+    const std::vector<std::int32_t> k_len = {static_cast<std::int32_t>(k - 1056 + total_q)};
+    std::vector<std::int32_t> topk(static_cast<std::size_t>(total_q) * 16, -1);
+    for (std::int64_t q = 0; q < total_q; ++q) {
+      const std::int64_t visible = (k_len[0] - total_q + q) / 128 + 1;
+      for (int j = 0; j < 16 && j < visible; ++j) topk[q * 16 + j] = j;
+    }
+    const auto tiles = msa::route_tiles_host(topk.data(), cu.data(), k_len.data(), 1, 1, 16, total_q, 16, 8);
+    const auto call = msa::route_call_host(topk.data(), cu.data(), k_len.data(), 1, 1, 16, total_q, 16, 8);
+    EXPECT_EQ(std::count(tiles.begin(), tiles.end(), 1), total_q / 8) << total_q;  // every tile a candidate
+    if (total_q == 1056)
+      EXPECT_EQ(call, tiles);
+    else
+      EXPECT_EQ(std::count(call.begin(), call.end(), 1), 0);
+  }
+}
+
 // union_only_batch by hand at G = 16 (h_kv 4, topk 16, tiles of 8 queries): a tile adds
 // union * 1024 - edges * 320 where that is positive; the call plans once the sum over the
 // tiles, times the 4 heads, passes 6900 * 1024 (kRoutedCallCost).

@@ -151,11 +151,13 @@ std::vector<std::uint8_t> random_route(const PlanCase& c, const PlanInputs& in, 
 }
 
 // The routing SparsePrefill's plan() makes under PrefillPath::kAuto (the rule's CPU twin).
+// The routing SparsePrefill's plan() takes (route_call_host: the per-tile rule, decided for the
+// call where it has at most kRouteCallMaxTiles tiles).
 std::vector<std::uint8_t> rule_route(const PlanCase& c, const PlanInputs& in) {
-  return msa::route_tiles_host(in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(),
-                               in.k_len.data<std::int32_t>(), static_cast<int>(c.requests.size()), c.h_kv,
-                               shape_of(c).group(), in.total_q, c.topk,
-                               msa::cuda::tile_union_queries_per_tile(shape_of(c).group(), c.topk));
+  return msa::route_call_host(in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(),
+                              in.k_len.data<std::int32_t>(), static_cast<int>(c.requests.size()), c.h_kv,
+                              shape_of(c).group(), in.total_q, c.topk,
+                              msa::cuda::tile_union_queries_per_tile(shape_of(c).group(), c.topk));
 }
 
 std::tuple<int, int, int, int, int, int> key(const msa::WorkItem& w) {
@@ -236,17 +238,27 @@ struct DevicePlan {
 };
 
 // Device outputs and scratch of the planner's own routing (K2qDeviceInputs::route), poisoned.
+// call: the routing decided for the call (its slots and counters, poisoned too).
 struct RouteBuffers {
   std::int64_t tiles;
-  DeviceBuffer tile, list, count, rest, rest_count;
+  DeviceBuffer tile, list, count, rest, rest_count, slots, counters;
   msa::cuda::TileRouteParams params{};
-  RouteBuffers(const PlanCase& c, const PlanInputs& in, const DevicePlan& dp, int q_per_tile)
+  RouteBuffers(const PlanCase& c, const PlanInputs& in, const DevicePlan& dp, int q_per_tile, bool call = false)
       : tiles(msa::cuda::tile_route_tiles(c.h_kv, in.total_q, q_per_tile)),
         tile(static_cast<std::size_t>(tiles)),
         list(static_cast<std::size_t>(tiles) * 4),
         count(4),
         rest(static_cast<std::size_t>(tiles) * 4),
-        rest_count(4) {
+        rest_count(4),
+        slots(sizeof(msa::cuda::RouteCallSlot) * msa::cuda::kRouteCallSlots),
+        counters(sizeof(msa::cuda::RouteCallCounters)) {
+    EXPECT_EQ(cudaMemset(slots.get(), 0xA5, sizeof(msa::cuda::RouteCallSlot) * msa::cuda::kRouteCallSlots),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemset(counters.get(), 0xA5, sizeof(msa::cuda::RouteCallCounters)), cudaSuccess);
+    if (call) {
+      params.call_slots = static_cast<msa::cuda::RouteCallSlot*>(slots.get());
+      params.call_counters = static_cast<msa::cuda::RouteCallCounters*>(counters.get());
+    }
     // Poisoned, so that an output the planner forgets shows.
     EXPECT_EQ(cudaMemset(count.get(), 0xA5, 4), cudaSuccess);
     EXPECT_EQ(cudaMemset(rest_count.get(), 0xA5, 4), cudaSuccess);
@@ -629,56 +641,66 @@ TEST_P(K2qDevice, RoutedMatchesHostBuilder) {
 // The planner's own routing (K2qDeviceInputs::route, as SparsePrefill's plan() asks under
 // PrefillPath::kAuto): flags equal to the rule's CPU twin, the flagged tiles listed in rank order
 // (msa::tile_of_rank), and the plan equal to the host builder's under that routing, for tiles of
-// 32 (where topk <= 16), 16 and 8 queries.
+// 32 (where topk <= 16), 16 and 8 queries; by the per-tile rule alone, and decided for the call
+// (its candidates all cleared where route_call_pays says no: in the grid and fused paths' own
+// launch, on the others' in launch_route_call before them).
 TEST_P(K2qDevice, RoutesByTheRule) {
   MSA_SKIP_WITHOUT_GPU();
   const PlanCase& c = GetParam();
   const PlanInputs in = make_inputs(c);
-  for (const int q_per_tile : {32, 16, 8}) {
-    if (q_per_tile * c.topk > msa::cuda::kTileUnionMaxEntries) continue;
-    SCOPED_TRACE("q_per_tile " + std::to_string(q_per_tile));
-    const std::vector<std::uint8_t> flags = msa::route_tiles_host(
-        in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(),
-        static_cast<int>(c.requests.size()), c.h_kv, shape_of(c).group(), in.total_q, c.topk, q_per_tile);
-    const msa::K2qCsr host = host_plan(c, in, msa::TileRoute{q_per_tile, flags.data()});
-    DevicePlan dp(c, in);
-    ASSERT_NE(dp.workspace.get(), nullptr);
-    dp.poison();
-    const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, in.total_q, q_per_tile);
-    ASSERT_EQ(static_cast<std::int64_t>(flags.size()), tiles);
-    RouteBuffers route(c, in, dp, q_per_tile);
-    const msa::cuda::TileRouteParams& rp = route.params;
-    const DeviceBuffer &d_tile = route.tile, &d_list = route.list, &d_count = route.count;
-    dp.inputs.route = &rp;
-    expect_device_plan(host, dp);
+  for (const int q_per_tile : {32, 16, 8})
+    for (const bool call : {false, true}) {
+      if (q_per_tile * c.topk > msa::cuda::kTileUnionMaxEntries) continue;
+      SCOPED_TRACE("q_per_tile " + std::to_string(q_per_tile) + (call ? ", decided for the call" : ""));
+      msa::TileRouteCounts counts = msa::route_tiles_host_counts(
+          in.topk.data<std::int32_t>(), in.cu_seqlens_q.data<std::int32_t>(), in.k_len.data<std::int32_t>(),
+          static_cast<int>(c.requests.size()), c.h_kv, shape_of(c).group(), in.total_q, c.topk, q_per_tile);
+      if (call && !msa::route_call_pays(counts.tiles, counts.unions, counts.edges, shape_of(c).group()))
+        std::fill(counts.flags.begin(), counts.flags.end(), 0);
+      const std::vector<std::uint8_t>& flags = counts.flags;
+      if (call)
+        std::printf("%s q_per_tile %d: %llu candidates of %zu tiles, the call routes %lld\n", c.name.c_str(),
+                    q_per_tile, static_cast<unsigned long long>(counts.tiles), flags.size(),
+                    static_cast<long long>(std::count(flags.begin(), flags.end(), 1)));
+      const msa::K2qCsr host = host_plan(c, in, msa::TileRoute{q_per_tile, flags.data()});
+      DevicePlan dp(c, in);
+      ASSERT_NE(dp.workspace.get(), nullptr);
+      dp.poison();
+      const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, in.total_q, q_per_tile);
+      ASSERT_EQ(static_cast<std::int64_t>(flags.size()), tiles);
+      RouteBuffers route(c, in, dp, q_per_tile, call);
+      const msa::cuda::TileRouteParams& rp = route.params;
+      const DeviceBuffer &d_tile = route.tile, &d_list = route.list, &d_count = route.count;
+      dp.inputs.route = &rp;
+      expect_device_plan(host, dp);
 
-    std::vector<std::uint8_t> got(flags.size());
-    std::int32_t count = -1;
-    if (tiles > 0) {
-      CUDA_OK(cudaMemcpy(got.data(), d_tile.get(), got.size(), cudaMemcpyDeviceToHost));
+      std::vector<std::uint8_t> got(flags.size());
+      std::int32_t count = -1;
+      if (tiles > 0) {
+        CUDA_OK(cudaMemcpy(got.data(), d_tile.get(), got.size(), cudaMemcpyDeviceToHost));
+      }
+      CUDA_OK(cudaMemcpy(&count, d_count.get(), 4, cudaMemcpyDeviceToHost));
+      expect_same(flags, got, "union_tile");
+      std::vector<std::int32_t> want_list, want_rest;  // in rank order: flagged, the others
+      for (std::int64_t r = 0; r < tiles; ++r) {
+        const std::int64_t t = msa::tile_of_rank(r, tiles / c.h_kv, c.h_kv);
+        (flags[static_cast<std::size_t>(t)] != 0 ? want_list : want_rest).push_back(static_cast<std::int32_t>(t));
+      }
+      ASSERT_EQ(count, static_cast<std::int32_t>(want_list.size())) << "union_count";
+      std::vector<std::int32_t> list(want_list.size());
+      if (!list.empty()) {
+        CUDA_OK(cudaMemcpy(list.data(), d_list.get(), list.size() * 4, cudaMemcpyDeviceToHost));
+      }
+      expect_same(want_list, list, "union_list");
+      std::int32_t rest_count = -1;
+      CUDA_OK(cudaMemcpy(&rest_count, route.rest_count.get(), 4, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(rest_count, static_cast<std::int32_t>(want_rest.size())) << "combine_count";
+      std::vector<std::int32_t> rest(want_rest.size());
+      if (!rest.empty()) {
+        CUDA_OK(cudaMemcpy(rest.data(), route.rest.get(), rest.size() * 4, cudaMemcpyDeviceToHost));
+      }
+      expect_same(want_rest, rest, "combine_list");
     }
-    CUDA_OK(cudaMemcpy(&count, d_count.get(), 4, cudaMemcpyDeviceToHost));
-    expect_same(flags, got, "union_tile");
-    std::vector<std::int32_t> want_list, want_rest;  // in rank order: flagged, the others
-    for (std::int64_t r = 0; r < tiles; ++r) {
-      const std::int64_t t = msa::tile_of_rank(r, tiles / c.h_kv, c.h_kv);
-      (flags[static_cast<std::size_t>(t)] != 0 ? want_list : want_rest).push_back(static_cast<std::int32_t>(t));
-    }
-    ASSERT_EQ(count, static_cast<std::int32_t>(want_list.size())) << "union_count";
-    std::vector<std::int32_t> list(want_list.size());
-    if (!list.empty()) {
-      CUDA_OK(cudaMemcpy(list.data(), d_list.get(), list.size() * 4, cudaMemcpyDeviceToHost));
-    }
-    expect_same(want_list, list, "union_list");
-    std::int32_t rest_count = -1;
-    CUDA_OK(cudaMemcpy(&rest_count, route.rest_count.get(), 4, cudaMemcpyDeviceToHost));
-    ASSERT_EQ(rest_count, static_cast<std::int32_t>(want_rest.size())) << "combine_count";
-    std::vector<std::int32_t> rest(want_rest.size());
-    if (!rest.empty()) {
-      CUDA_OK(cudaMemcpy(rest.data(), route.rest.get(), rest.size() * 4, cudaMemcpyDeviceToHost));
-    }
-    expect_same(want_rest, rest, "combine_list");
-  }
 }
 
 const auto case_name = [](const ::testing::TestParamInfo<PlanCase>& param_info) { return param_info.param.name; };

@@ -124,9 +124,11 @@ std::vector<Case> cases() {
   c.push_back(wide);
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
   // Random picks among 123..128 visible blocks (request 0) route to the block-major kernel,
-  // among <= 8 (request 1) to the tile-union kernel: PrefillPath::kAuto runs both in one call
-  // (and plans: request 0's tiles cost the union kernel more than the routed call's fixed cost).
-  Case mixed{"page128_g16_random_mixed", spec_of(16, 1, 16, 128, {{768, 16384}, {300, 900}}, Selection::kRandom, 13)};
+  // among 8..16 (request 1: every visible block) to the tile-union kernel: PrefillPath::kAuto
+  // runs both in one call (and plans: request 0's tiles cost the union kernel more than the
+  // routed call's fixed cost). Request 1's 132 tiles make one round of the union kernel's CTAs,
+  // whose makespan their block-major work exceeds (route_call_pays).
+  Case mixed{"page128_g16_random_mixed", spec_of(16, 1, 16, 128, {{768, 16384}, {1056, 2048}}, Selection::kRandom, 13)};
   mixed.mixed_route = true;
   c.push_back(mixed);
   // Every case again on the tile-union path (tiles that span requests: chunked, batch300), and
@@ -319,7 +321,7 @@ TEST_P(PrefillCuda, MatchesReferenceAndIsReproducible) {
     }
   }
   if (c.mixed_route) {
-    const std::vector<std::uint8_t> route = msa::route_tiles_host(
+    const std::vector<std::uint8_t> route = msa::route_call_host(
         w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
         static_cast<int>(b_count), s.h_kv, s.group(), w.total_q, s.topk, q_per_tile);
     const auto union_tiles = std::count(route.begin(), route.end(), 1);

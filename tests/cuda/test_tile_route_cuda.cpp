@@ -11,6 +11,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/workload.h"
@@ -58,9 +59,9 @@ std::vector<RouteCase> route_cases() {
 
 class TileRouteCuda : public ::testing::TestWithParam<RouteCase> {};
 
-TEST_P(TileRouteCuda, MatchesHostTwin) {
-  MSA_SKIP_WITHOUT_GPU();
-  const RouteCase& c = GetParam();
+// The case's workload, its ids made adversarial where the case asks (-1, repeats, negative and
+// out-of-range ids).
+msa::bench::Workload route_workload(const RouteCase& c) {
   msa::bench::WorkloadSpec spec;
   spec.shape = {.h_q = c.h_q, .h_kv = c.h_kv, .d = 128, .topk = c.topk};
   spec.requests = c.requests;
@@ -68,7 +69,7 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
   spec.host_values = false;
   msa::bench::Workload w = msa::bench::make_workload(spec);
   auto* ids = w.topk.data<std::int32_t>();
-  if (c.adversarial) {  // -1, repeats, negative and out-of-range ids
+  if (c.adversarial) {
     std::mt19937 rng(7);
     for (std::int64_t i = 0; i < w.topk.numel(); ++i) {
       const unsigned r = rng() % 8;
@@ -78,6 +79,26 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
       else if (r == 3 && i % c.topk != 0) ids[i] = ids[i - 1];
     }
   }
+  return w;
+}
+
+// The flagged tiles and the others, each in rank order (tile_of_rank).
+std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> rank_lists(const std::vector<std::uint8_t>& flags,
+                                                                           int h_kv) {
+  const auto tiles = static_cast<std::int64_t>(flags.size());
+  std::vector<std::int32_t> listed, rest;
+  for (std::int64_t r = 0; r < tiles; ++r) {
+    const std::int64_t t = msa::tile_of_rank(r, tiles / h_kv, h_kv);
+    (flags[static_cast<std::size_t>(t)] != 0 ? listed : rest).push_back(static_cast<std::int32_t>(t));
+  }
+  return {listed, rest};
+}
+
+TEST_P(TileRouteCuda, MatchesHostTwin) {
+  MSA_SKIP_WITHOUT_GPU();
+  const RouteCase& c = GetParam();
+  msa::bench::Workload w = route_workload(c);
+  const auto* ids = w.topk.data<std::int32_t>();
   const int batch = static_cast<int>(c.requests.size());
   const int q_per_tile = msa::cuda::tile_union_queries_per_tile(c.h_q / c.h_kv, c.topk);
   const std::vector<std::uint8_t> want =
@@ -85,11 +106,7 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
                             c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
   const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, w.total_q, q_per_tile);
   ASSERT_EQ(static_cast<std::int64_t>(want.size()), tiles);
-  std::vector<std::int32_t> want_list, want_rest;  // in rank order: flagged, the others
-  for (std::int64_t r = 0; r < tiles; ++r) {
-    const std::int64_t t = msa::tile_of_rank(r, tiles / c.h_kv, c.h_kv);
-    (want[static_cast<std::size_t>(t)] != 0 ? want_list : want_rest).push_back(static_cast<std::int32_t>(t));
-  }
+  const auto [want_list, want_rest] = rank_lists(want, c.h_kv);
   if (c.expect == Expect::kAllUnion) {
     EXPECT_EQ(want_list.size(), want.size()) << c.name;
   }
@@ -168,6 +185,70 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
     CUDA_OK(cudaMemcpy(rest.data(), d_rest.get(), rest.size() * 4, cudaMemcpyDeviceToHost));
     EXPECT_EQ(rest, want_rest) << c.name << " combine_list";
   }
+}
+
+// The routing plan() runs (launch_route_call: a launch before the planner, decided for the
+// call) against its CPU twin, route_call_host: flags, both lists, and the counters' sums.
+TEST_P(TileRouteCuda, CallMatchesHostTwin) {
+  MSA_SKIP_WITHOUT_GPU();
+  const RouteCase& c = GetParam();
+  msa::bench::Workload w = route_workload(c);
+  const auto* ids = w.topk.data<std::int32_t>();
+  const int batch = static_cast<int>(c.requests.size());
+  const int q_per_tile = msa::cuda::tile_union_queries_per_tile(c.h_q / c.h_kv, c.topk);
+  const std::vector<std::uint8_t> want =
+      msa::route_call_host(ids, w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), batch, c.h_kv,
+                           c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
+  const std::vector<std::uint8_t> candidates =
+      msa::route_tiles_host(ids, w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), batch, c.h_kv,
+                            c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
+  const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, w.total_q, q_per_tile);
+  const auto [want_list, want_rest] = rank_lists(want, c.h_kv);
+  const DeviceBuffer d_ids(ids, w.topk.bytes()), d_cu(w.cu_seqlens_q.raw(), w.cu_seqlens_q.bytes()),
+      d_klen(w.k_len.raw(), w.k_len.bytes()), d_flags(static_cast<std::size_t>(tiles)),
+      d_list(static_cast<std::size_t>(tiles) * 4), d_count(4), d_rest(static_cast<std::size_t>(tiles) * 4),
+      d_rest_count(4), d_counters(sizeof(msa::cuda::RouteCallCounters));
+  ASSERT_TRUE(d_flags && d_list && d_count && d_rest && d_rest_count && d_counters);
+  CUDA_OK(cudaMemset(d_flags.get(), 0x5a, static_cast<std::size_t>(tiles)));  // every flag must be written
+  CUDA_OK(cudaMemset(d_count.get(), 0xff, 4));
+  CUDA_OK(cudaMemset(d_rest_count.get(), 0xff, 4));
+  CUDA_OK(cudaMemset(d_counters.get(), 0, sizeof(msa::cuda::RouteCallCounters)));
+  msa::cuda::TileRouteParams p{};
+  p.ids = d_ids.as<const std::int32_t>();
+  p.stride_topk_head = w.total_q * c.topk;
+  p.stride_topk_token = c.topk;
+  p.cu_seqlens_q = d_cu.as<const std::int32_t>();
+  p.k_len = d_klen.as<const std::int32_t>();
+  p.batch = batch;
+  p.h_kv = c.h_kv;
+  p.total_q = w.total_q;
+  p.topk = c.topk;
+  p.q_per_tile = q_per_tile;
+  p.group = c.h_q / c.h_kv;
+  p.union_tile = d_flags.as<std::uint8_t>();
+  p.union_list = d_list.as<std::int32_t>();
+  p.union_count = d_count.as<std::int32_t>();
+  p.combine_list = d_rest.as<std::int32_t>();
+  p.combine_count = d_rest_count.as<std::int32_t>();
+  msa::cuda::launch_route_call(p, d_counters.as<msa::cuda::RouteCallCounters>(), nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<std::uint8_t> got(static_cast<std::size_t>(tiles));
+  CUDA_OK(cudaMemcpy(got.data(), d_flags.get(), got.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, want) << c.name;
+  msa::cuda::RouteCallCounters counters{};
+  CUDA_OK(cudaMemcpy(&counters, d_counters.get(), sizeof(counters), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(counters.tiles, static_cast<unsigned long long>(std::count(candidates.begin(), candidates.end(), 1)));
+  EXPECT_EQ(counters.done, static_cast<unsigned>(msa::cuda::tile_route_ctas(p)));
+  std::int32_t count = -1, rest_count = -1;
+  CUDA_OK(cudaMemcpy(&count, d_count.get(), 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&rest_count, d_rest_count.get(), 4, cudaMemcpyDeviceToHost));
+  ASSERT_EQ(count, static_cast<std::int32_t>(want_list.size())) << c.name;
+  ASSERT_EQ(rest_count, static_cast<std::int32_t>(want_rest.size())) << c.name;
+  std::vector<std::int32_t> list(want_list.size()), rest(want_rest.size());
+  CUDA_OK(cudaMemcpy(list.data(), d_list.get(), list.size() * 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(rest.data(), d_rest.get(), rest.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(list, want_list) << c.name;
+  EXPECT_EQ(rest, want_rest) << c.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TileRouteCuda, ::testing::ValuesIn(route_cases()),

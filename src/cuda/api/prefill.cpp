@@ -175,6 +175,12 @@ class PrefillCuda final : public SparsePrefill::Impl {
       rp.union_count = ws_.union_count;
       rp.combine_list = ws_.combine_list;
       rp.combine_count = ws_.combine_count;
+      // Calls of up to kRouteCallMaxTiles tiles route their candidates only where the call
+      // gains by them (route_call_pays; the planner decides it on the device).
+      if (route_call_applies(tile_route_tiles(rp.h_kv, total_q, rp.q_per_tile))) {
+        rp.call_slots = ws_.route_slots;
+        rp.call_counters = ws_.route_counters;
+      }
       in.route = &rp;  // the planner routes first (in its own head CTAs on the small path)
     }
     if (!union_only_ && !decode_route_ && !split_union_) build_k2q_device(ws_.k2q_geo, in, ws_.k2q, stream);

@@ -45,6 +45,8 @@ PrefillWorkspace prefill_workspace(const AttentionShape& shape, const ProblemSiz
     w.union_count = arena.take<std::int32_t>(1);
     w.combine_list = arena.take<std::int32_t>(static_cast<std::size_t>(w.tiles));
     w.combine_count = arena.take<std::int32_t>(1);
+    w.route_counters = arena.take<RouteCallCounters>(1);
+    w.route_slots = arena.take<RouteCallSlot>(static_cast<std::size_t>(kRouteCallSlots));
     // The decode route's partials (decode_workspace) at their most: kDecodeMaxSplits splits of
     // every row of up to kPrefillDecodeMaxQueries queries, so that every problem this one bounds
     // fits, whatever its split. A closed form: the decode's own sizing took 3.4 us of host time

@@ -9,6 +9,7 @@
 
 #include "cuda/common/workspace.h"
 #include "cuda/plan/k2q_device.h"
+#include "cuda/plan/tile_route.h"
 #include "cuda/prefill/sm90/tile_union/geometry.h"
 #include "msa/options.h"
 #include "msa/plan.h"
@@ -31,6 +32,8 @@ struct PrefillWorkspace {
   std::int32_t* union_count = nullptr;  // [1]
   std::int32_t* combine_list = nullptr;   // [tiles] the other tiles (the combine merges their rows)
   std::int32_t* combine_count = nullptr;  // [1]
+  RouteCallCounters* route_counters = nullptr;  // [1] the routing's sums (launch_route_call)
+  RouteCallSlot* route_slots = nullptr;         // [kRouteCallSlots] per planner CTA (grid and fused paths)
   // PrefillPath::kAuto: a batch of one request of at most kPrefillDecodeMaxQueries queries runs
   // as a decode step (prefill.cpp); its workspace (decode_workspace), sized for every such
   // problem that this one bounds. Absent (null, 0) otherwise.

@@ -412,6 +412,8 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     build_k2q_device(other, in, out, stream);
     return;
   }
+  static_assert(kGridMaxTasks + 1 <= kRouteCallSlots, "a cooperative planner CTA without a slot");
+  MSA_ASSERT(in.route == nullptr || (in.route->call_slots != nullptr) == (in.route->call_counters != nullptr));
   if (g.path == K2qPath::kGrid) {
     const BuildParams p = make_params(g, in, out);
     const TileRouteParams route = in.route != nullptr ? *in.route : TileRouteParams{};
@@ -442,6 +444,20 @@ void build_k2q_device(const K2qDeviceGeometry& g, const K2qDeviceInputs& in, con
     const LaunchShape shape{dim3(static_cast<unsigned>(ctas)), dim3(kFusedThreads),
                             fused_smem(g.max_blocks, route_on ? route.q_per_tile * route.topk : 0).bytes};
     launch_cooperative(k2q_fused_kernel, shape, stream, p, route, route_on);
+    return;
+  }
+  // The routing decided for the call, on the paths that do not decide it in their own launch:
+  // a launch of its own first (launch_route_call), whose flags and lists the planner then takes
+  // (with no tile the planner's own routing writes the empty lists).
+  if (in.route != nullptr && in.route->call_counters != nullptr &&
+      tile_route_tiles(in.route->h_kv, in.route->total_q, in.route->q_per_tile) > 0) {
+    MSA_CUDA_CHECK(cudaMemsetAsync(in.route->call_counters, 0, sizeof(RouteCallCounters), stream));
+    launch_route_call(*in.route, in.route->call_counters, stream);
+    K2qDeviceInputs flagged = in;
+    flagged.route = nullptr;
+    flagged.union_tile = in.route->union_tile;
+    flagged.route_q_per_tile = in.route->q_per_tile;
+    build_k2q_device(g, flagged, out, stream);
     return;
   }
   if (g.path == K2qPath::kSmall) {

@@ -243,32 +243,65 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   }
 
   // 1. Routing and count: each unit task routes the tiles its queries are in (a warp per tile),
-  // then counts the unit's edges per block, the sum of its warps' counters.
+  // then counts the unit's edges per block, the sum of its warps' counters. Decided for the call
+  // (route.call_slots): every unit task routes first, summing the candidates whose first query
+  // is its own (a tile two units share counts once); after a barrier every CTA takes the same
+  // decision and, where the call does not route, clears its own tasks' flags before it counts.
   int* s_hist = s_count + static_cast<std::int64_t>(warp) * p.max_blocks;
-  for (int t = cta; t < p.h_kv * units; t += ctas) {
-    const int h = t / units, u = t - h * units;
-    if (route_on) {
-      const FusedUnitQueries uq = fused_unit_queries(p, s_unit_start, s_begin, s_end, u);
+  const bool call = route_on && route.call_slots != nullptr;
+  RouteSums mine;
+  // Pass 0 routes and counts, and ends at the phase's barrier. Decided for the call, each CTA
+  // has written its candidates' sums by then; where the call has candidates but does not route
+  // them, pass 1 clears each CTA's own tasks' flags and counts those units again, behind a
+  // barrier more. Random selections (no candidate) and calls that route pay only the sums.
+  // The decision is the same in every CTA, so every CTA leaves the loop at the same pass.
+#pragma unroll 1
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      if (!call) break;
+      const RouteSums all = route_call_total(route, ctas);
+      if (all.tiles == 0 || route_call_pays(all.tiles, all.unions, all.edges, route.group)) break;
       const std::int64_t tiles = tiles_per_head(p.total_q, route.q_per_tile);
-      const int entries = route.q_per_tile * route.topk;
-      std::int32_t* s_key = reinterpret_cast<std::int32_t*>(s_dyn) + warp * route_warp_ints(entries);
-      for (int i = uq.q0 / route.q_per_tile + warp; i <= (uq.q1 - 1) / route.q_per_tile; i += kFusedWarps)
-        route_tile<16>(route, h * tiles + i, tiles, lane, s_key, s_key + entries);
-      __syncthreads();  // the flags written (the count reads them), the tables free
+      for (int t = cta; t < p.h_kv * units; t += ctas) {
+        const int h = t / units, u = t - h * units;
+        const FusedUnitQueries uq = fused_unit_queries(p, s_unit_start, s_begin, s_end, u);
+        for (int i = uq.q0 / route.q_per_tile + tid; i <= (uq.q1 - 1) / route.q_per_tile; i += kFusedThreads)
+          route.union_tile[h * tiles + i] = 0;
+      }
+      __syncthreads();  // the flags final (the count reads its own tasks')
     }
-    const Unit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
-    fused_count_warp<true>(p, h, un, s_hist, lane);
-    __syncthreads();
-    std::int32_t* g_counts = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
-    for (int l = tid; l < un.blocks; l += kFusedThreads) {
-      int sum = 0;
+    for (int t = cta; t < p.h_kv * units; t += ctas) {
+      const int h = t / units, u = t - h * units;
+      if (route_on && pass == 0) {
+        const FusedUnitQueries uq = fused_unit_queries(p, s_unit_start, s_begin, s_end, u);
+        const std::int64_t tiles = tiles_per_head(p.total_q, route.q_per_tile);
+        const int entries = route.q_per_tile * route.topk;
+        std::int32_t* s_key = reinterpret_cast<std::int32_t*>(s_dyn) + warp * route_warp_ints(entries);
+        for (int i = uq.q0 / route.q_per_tile + warp; i <= (uq.q1 - 1) / route.q_per_tile; i += kFusedWarps) {
+          const RoutedTile r = route_tile<16>(route, h * tiles + i, tiles, lane, s_key, s_key + entries);
+          if (r.wins && static_cast<std::int64_t>(i) * route.q_per_tile >= uq.q0) {  // its first query's unit
+            ++mine.tiles;
+            mine.unions += r.unions;
+            mine.edges += r.edges;
+          }
+        }
+        __syncthreads();  // the flags written (the count reads them), the tables free
+      }
+      const Unit un = fused_unit(p, s_unit_start, s_begin, s_end, s_rows, u, warp);
+      fused_count_warp<true>(p, h, un, s_hist, lane);
+      __syncthreads();
+      std::int32_t* g_counts = p.unit_counts + (static_cast<std::int64_t>(h) * p.max_units + u) * p.max_blocks;
+      for (int l = tid; l < un.blocks; l += kFusedThreads) {
+        int sum = 0;
 #pragma unroll
-      for (int w = 0; w < kFusedWarps; ++w) sum += s_count[w * p.max_blocks + l];
-      g_counts[l] = sum;
+        for (int w = 0; w < kFusedWarps; ++w) sum += s_count[w * p.max_blocks + l];
+        g_counts[l] = sum;
+      }
+      __syncthreads();  // the counters are reused
     }
-    __syncthreads();  // the counters are reused
+    if (call && pass == 0) route_call_slot_write(route, cta, mine);
+    cg::this_grid().sync();
   }
-  cg::this_grid().sync();
 
   // 2. Per row: the exclusive prefix of its counts along its request's units, and its (edges,
   // items); per row task: the total.

@@ -56,13 +56,14 @@ struct GridQuery {
 };
 
 // The flag and the ids are loaded together (one memory round trip); a routed query's ids are
-// then ignored (blocks 0).
+// then ignored (blocks 0). routes: the call routes its flagged tiles (false where the routing decided for the call
+// cleared them: the flags are then not read).
 template <int kK>
 __device__ __forceinline__ GridQuery<kK> grid_load_query(const BuildParams& p, const int* s_begin, const int* s_end,
-                                                         const int* s_rows, int h, int q) {
+                                                         const int* s_rows, int h, int q, bool routes) {
   GridQuery<kK> g;
   g.b = q < p.total_q ? small_request_of(s_begin, s_end, p.batch, q) : -1;
-  g.routed = q < p.total_q && routed_row(p, h, q);
+  g.routed = routes && q < p.total_q && routed_row(p, h, q);
   const std::int32_t* row = p.topk_ids + h * p.stride_topk_head + static_cast<std::int64_t>(q) * p.stride_topk_token;
 #pragma unroll
   for (int j = 0; j < kK; ++j) g.ids[j] = g.b >= 0 && j < p.topk ? __ldg(row + j) : -1;
@@ -172,14 +173,27 @@ __global__ void __launch_bounds__(kGridThreads, 2)
     }
   }
 
-  // A. Routing: the flags first (every task's count reads them), then their list.
+  // A. Routing: the flags first (every task's count reads them), then their list. Decided for
+  // the call (route.call_slots): each CTA's candidates' sums, and after the barrier every CTA
+  // takes the same decision; where the call does not route, the counts read no flag and the
+  // last CTA clears them all before it lists.
+  bool routes = route_on != 0;
   if (route_on) {
-    route_cta_fit(route, task, n_tasks, reinterpret_cast<std::int32_t*>(s_dyn));
+    const bool call = route.call_slots != nullptr;
+    const RouteSums mine = route_cta_fit(route, task, n_tasks, reinterpret_cast<std::int32_t*>(s_dyn));
+    if (call) route_call_slot_write(route, task, mine);
     cg::this_grid().sync();
-    if (task == n_tasks - 1)
-      compact_route_list<kGridThreads, 8>(
-          route.union_tile, static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile)), p.h_kv, p.union_list,
-          p.union_count, p.combine_list, p.combine_count, scan_tmp.single);
+    if (call) routes = route_call_decide(route, n_tasks);
+    if (task == n_tasks - 1) {
+      const int per_tile_head = static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile));
+      if (!routes) {
+        for (std::int64_t t = tid; t < static_cast<std::int64_t>(per_tile_head) * p.h_kv; t += kGridThreads)
+          route.union_tile[t] = 0;
+        __syncthreads();
+      }
+      compact_route_list<kGridThreads, 8>(route.union_tile, per_tile_head, p.h_kv, p.union_list, p.union_count,
+                                          p.combine_list, p.combine_count, scan_tmp.single);
+    }
   }
   __syncthreads();  // s_levels; the routing tables and scan_tmp are free
 
@@ -213,7 +227,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   for (int base = 0; base < p.total_q; base += kGridThreads) {
     const int q = base + tid;
     if (q >= p.total_q) break;
-    const GridQuery<kK> g = grid_load_query<kK>(p, s_begin, s_end, s_rows, h, q);
+    const GridQuery<kK> g = grid_load_query<kK>(p, s_begin, s_end, s_rows, h, q, routes);
     if (one_round) own = g;
     const unsigned in = grid_in_task(g, l0, l1);
     const bool counts_split = q % per_head == r;
@@ -290,7 +304,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
     GridQuery<kK> g;
     unsigned hits = 0, keep = 0;
     if (q < p.total_q) {
-      g = one_round ? own : grid_load_query<kK>(p, s_begin, s_end, s_rows, h, q);
+      g = one_round ? own : grid_load_query<kK>(p, s_begin, s_end, s_rows, h, q, routes);
       hits = grid_in_task(g, l0, l1);
       if (hits != 0u) {
         keep = grid_keep_mask(g);

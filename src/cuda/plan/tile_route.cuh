@@ -68,9 +68,16 @@ static_assert(kRouteWarps * route_warp_ints(kTileUnionMaxEntries) * 4 <= 48 * 10
 // repeated blocks (else each entry compares with the earlier ones of its row in shared memory).
 // The table's probe chains, a register at a time, and those compares had made a tile of 128
 // entries on a 128k prefix take 4-9 us (step 43).
+// The counts route_tile found for its tile, the same in every lane.
+struct RoutedTile {
+  bool wins;        // union_path_wins: the tile's flag
+  unsigned unions;  // its union's blocks
+  unsigned edges;   // its rows' edges
+};
+
 template <int kLaneEntries>
-__device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_t tile, std::int64_t per_head, int lane,
-                                           std::int32_t* s_key, std::int32_t* s_table) {
+__device__ __forceinline__ RoutedTile route_tile(const TileRouteParams& p, std::int64_t tile, std::int64_t per_head,
+                                                 int lane, std::int32_t* s_key, std::int32_t* s_table) {
   constexpr unsigned kFull = 0xffffffffu;
   const int h = static_cast<int>(tile / per_head);
   const std::int64_t q0 = (tile - h * per_head) * p.q_per_tile;
@@ -179,9 +186,16 @@ __device__ __forceinline__ void route_tile(const TileRouteParams& p, std::int64_
     unions += __shfl_xor_sync(kFull, unions, off);
     edges += __shfl_xor_sync(kFull, edges, off);
   }
-  if (lane == 0) p.union_tile[tile] = union_path_wins(unions, edges, p.group) ? 1 : 0;
+  const bool wins = union_path_wins(unions, edges, p.group);
+  if (lane == 0) p.union_tile[tile] = wins ? 1 : 0;
   __syncwarp();  // the caller's next tile overwrites the keys and the table
+  return RoutedTile{wins, unions, edges};
 }
+
+// A warp's sums over the candidate tiles it routed (the routing decided for the call).
+struct RouteSums {
+  unsigned long long tiles = 0, unions = 0, edges = 0;
+};
 
 // Whether `tile` (< h_kv * per_head) spans requests: its first and last queries lie in different
 // ones (request_of_query).
@@ -196,16 +210,18 @@ __device__ __forceinline__ bool tile_spans_requests(const TileRouteParams& p, st
 // kRouteWarps + warp, then every ctas * kRouteWarps-th after it. s_route: the CTA's dynamic shared
 // memory, route_warp_ints(q_per_tile * topk) ints per warp. spanning_only (the k2q planner's
 // bitmap path, which routes the other tiles in its bits kernel, k2q_bitmap_kernels.cuh): only
-// the tiles that span requests, which a warp finds 32 tiles at a time, a lane each.
+// the tiles that span requests, which a warp finds 32 tiles at a time, a lane each. Returns the
+// warp's sums over the tiles it flagged (the same in every lane).
 template <int kLaneEntries>
-__device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route,
-                                          bool spanning_only = false) {
+__device__ __forceinline__ RouteSums route_cta(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route,
+                                               bool spanning_only = false) {
+  RouteSums sums;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int entries = p.q_per_tile * p.topk;
   std::int32_t* s_key = s_route + warp * route_warp_ints(entries);
   const std::int64_t per_head = tiles_per_head(p.total_q, p.q_per_tile);
   const std::int64_t tiles = per_head * p.h_kv;
-  if (spanning_only && p.batch <= 1) return;  // one request: no tile spans two
+  if (spanning_only && p.batch <= 1) return sums;  // one request: no tile spans two
   const int group = spanning_only ? 32 : 1;   // tiles a warp takes at a time
   for (std::int64_t base = (std::int64_t(cta) * kRouteWarps + warp) * group; base < tiles;
        base += std::int64_t(ctas) * kRouteWarps * group) {
@@ -215,9 +231,15 @@ __device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int
     while (todo != 0u) {
       const int i = __ffs(todo) - 1;
       todo &= todo - 1u;
-      route_tile<kLaneEntries>(p, base + i, per_head, lane, s_key, s_key + entries);
+      const RoutedTile r = route_tile<kLaneEntries>(p, base + i, per_head, lane, s_key, s_key + entries);
+      if (r.wins) {
+        ++sums.tiles;
+        sums.unions += r.unions;
+        sums.edges += r.edges;
+      }
     }
   }
+  return sums;
 }
 
 // route_cta in the instance that holds the tile's entries (route_lane_entries), for a kernel
@@ -225,17 +247,72 @@ __device__ __forceinline__ void route_cta(const TileRouteParams& p, int cta, int
 // straight-line code (their loops unrolled over a lane's entries), and a planner kernel's one
 // pass over such code waits on instruction fetch: the grid path's routing of 128-entry tiles
 // took 4.6 us in the 16-entry instance, 3.7 in the 4-entry one (docs/performance.md, step 72).
-__device__ __forceinline__ void route_cta_fit(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route) {
+__device__ __forceinline__ RouteSums route_cta_fit(const TileRouteParams& p, int cta, int ctas, std::int32_t* s_route) {
   switch (route_lane_entries(p.q_per_tile * p.topk)) {
     case 4:
-      route_cta<4>(p, cta, ctas, s_route);
-      break;
+      return route_cta<4>(p, cta, ctas, s_route);
     case 8:
-      route_cta<8>(p, cta, ctas, s_route);
-      break;
+      return route_cta<8>(p, cta, ctas, s_route);
     default:
-      route_cta<16>(p, cta, ctas, s_route);
+      return route_cta<16>(p, cta, ctas, s_route);
   }
+}
+
+// CTA-collective (every thread; `mine`: each warp's sums, the same in its lanes): the CTA's
+// candidates' sums into p.call_slots[cta] (a cooperative planner launch's routing decided for
+// the call).
+__device__ __forceinline__ void route_call_slot_write(const TileRouteParams& p, int cta, const RouteSums& mine) {
+  __shared__ unsigned long long s_sums[3];
+  if (threadIdx.x < 3) s_sums[threadIdx.x] = 0;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0 && mine.tiles != 0) {
+    atomicAdd(&s_sums[0], mine.tiles);
+    atomicAdd(&s_sums[1], mine.unions);
+    atomicAdd(&s_sums[2], mine.edges);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) p.call_slots[cta] = RouteCallSlot{s_sums[0], s_sums[1], s_sums[2]};
+}
+
+// CTA-collective, after a grid barrier that follows every CTA's route_call_slot_write: the sums
+// of the `ctas` slots, the call's candidates. A thread per slot (ctas <= blockDim.x: one load
+// round trip at L2; other CTAs wrote them), then the warps' sums. Integer sums: every CTA gets
+// the same.
+__device__ __forceinline__ RouteSums route_call_total(const TileRouteParams& p, int ctas) {
+  __shared__ unsigned long long s_warp[3][32];
+  __shared__ RouteSums s_total;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int warps = static_cast<int>(blockDim.x + 31) / 32;
+  unsigned long long v[3] = {0, 0, 0};
+  for (int c = tid; c < ctas; c += static_cast<int>(blockDim.x)) {
+    v[0] += __ldcg(&p.call_slots[c].tiles);
+    v[1] += __ldcg(&p.call_slots[c].unions);
+    v[2] += __ldcg(&p.call_slots[c].edges);
+  }
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    for (int off = 16; off > 0; off >>= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
+    if (lane == 0) s_warp[k][warp] = v[k];
+  }
+  __syncthreads();
+  if (tid == 0) {
+    RouteSums sum;
+    for (int w = 0; w < warps; ++w) {
+      sum.tiles += s_warp[0][w];
+      sum.unions += s_warp[1][w];
+      sum.edges += s_warp[2][w];
+    }
+    s_total = sum;
+  }
+  __syncthreads();
+  return s_total;
+}
+
+// Whether the call routes its candidates (route_call_pays on route_call_total), the same in
+// every CTA.
+__device__ __forceinline__ bool route_call_decide(const TileRouteParams& p, int ctas) {
+  const RouteSums all = route_call_total(p, ctas);
+  return route_call_pays(all.tiles, all.unions, all.edges, p.group);
 }
 
 // CTA-collective (all kThreads threads): the flagged tiles of `flags` [h_kv * per_head] in rank
@@ -278,6 +355,52 @@ __device__ __forceinline__ void compact_route_list(const std::uint8_t* flags, in
     *count = listed;
     if (rest != nullptr) *rest_count = tiles - listed;
   }
+}
+
+// The routing decided for the call, a launch of its own (launch_route_call; kRouteWarps warps a
+// CTA, route_cta's tiles): each CTA adds its candidates' sums to the counters; the last CTA to
+// finish (the count of CTAs done) reads them, clears every flag where route_call_pays says the
+// call does not gain by its candidates, and lists the flagged tiles and the others.
+template <int kLaneEntries>
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    route_call_kernel(const TileRouteParams p, RouteCallCounters* counters) {
+  constexpr int kThreads = kRouteWarps * 32;
+  extern __shared__ __align__(16) std::int32_t s_route[];
+  __shared__ unsigned long long s_sums[3];
+  __shared__ int s_last;
+  __shared__ typename cub::BlockScan<int, kThreads>::TempStorage scan_tmp;
+  const int tid = threadIdx.x;
+  if (tid < 3) s_sums[tid] = 0;
+  __syncthreads();
+  const RouteSums mine = route_cta<kLaneEntries>(p, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), s_route);
+  if (tid % 32 == 0 && mine.tiles != 0) {  // a warp's sums (every lane holds them)
+    atomicAdd(&s_sums[0], mine.tiles);
+    atomicAdd(&s_sums[1], mine.unions);
+    atomicAdd(&s_sums[2], mine.edges);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    if (s_sums[0] != 0) {
+      atomicAdd(&counters->tiles, s_sums[0]);
+      atomicAdd(&counters->unions, s_sums[1]);
+      atomicAdd(&counters->edges, s_sums[2]);
+    }
+    __threadfence();  // this CTA's flags and sums before its count
+    s_last = atomicAdd(&counters->done, 1u) == gridDim.x - 1 ? 1 : 0;
+  }
+  __syncthreads();
+  if (s_last == 0) return;
+  __threadfence();
+  const unsigned long long n = __ldcg(&counters->tiles), unions = __ldcg(&counters->unions),
+                           edges = __ldcg(&counters->edges);
+  const std::int64_t per_head = tiles_per_head(p.total_q, p.q_per_tile);
+  const std::int64_t tiles = per_head * p.h_kv;
+  if (!route_call_pays(n, unions, edges, p.group))
+    for (std::int64_t t = tid; t < tiles; t += kThreads) p.union_tile[t] = 0;
+  __threadfence();
+  __syncthreads();
+  compact_route_list<kThreads, 8, true>(p.union_tile, static_cast<int>(per_head), p.h_kv, p.union_list, p.union_count,
+                                        p.combine_list, p.combine_count, scan_tmp);
 }
 
 }  // namespace msa::cuda
