@@ -94,16 +94,48 @@ std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> rank_lists(const
   return {listed, rest};
 }
 
+// The CPU twin's flags for the case: the per-tile rule (route_tiles_host), or the routing
+// decided for the call (route_call_host).
+std::vector<std::uint8_t> host_flags(const RouteCase& c, const msa::bench::Workload& w, int q_per_tile, bool call) {
+  const auto twin = call ? msa::route_call_host : msa::route_tiles_host;
+  return twin(w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
+              static_cast<int>(c.requests.size()), c.h_kv, c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
+}
+
+// The routing's parameters: the case's geometry on device copies of the workload's top-k, batch
+// and lengths, and the outputs.
+msa::cuda::TileRouteParams route_params(const RouteCase& c, const msa::bench::Workload& w, int q_per_tile,
+                                        const DeviceBuffer& d_ids, const DeviceBuffer& d_cu, const DeviceBuffer& d_klen,
+                                        const DeviceBuffer& d_flags, const DeviceBuffer& d_list,
+                                        const DeviceBuffer& d_count, const DeviceBuffer& d_rest,
+                                        const DeviceBuffer& d_rest_count) {
+  msa::cuda::TileRouteParams p{};
+  p.ids = d_ids.as<const std::int32_t>();
+  p.stride_topk_head = w.total_q * c.topk;
+  p.stride_topk_token = c.topk;
+  p.cu_seqlens_q = d_cu.as<const std::int32_t>();
+  p.k_len = d_klen.as<const std::int32_t>();
+  p.batch = static_cast<int>(c.requests.size());
+  p.h_kv = c.h_kv;
+  p.total_q = w.total_q;
+  p.topk = c.topk;
+  p.q_per_tile = q_per_tile;
+  p.group = c.h_q / c.h_kv;
+  p.union_tile = d_flags.as<std::uint8_t>();
+  p.union_list = d_list.as<std::int32_t>();
+  p.union_count = d_count.as<std::int32_t>();
+  p.combine_list = d_rest.as<std::int32_t>();
+  p.combine_count = d_rest_count.as<std::int32_t>();
+  return p;
+}
+
 TEST_P(TileRouteCuda, MatchesHostTwin) {
   MSA_SKIP_WITHOUT_GPU();
   const RouteCase& c = GetParam();
   msa::bench::Workload w = route_workload(c);
   const auto* ids = w.topk.data<std::int32_t>();
-  const int batch = static_cast<int>(c.requests.size());
   const int q_per_tile = msa::cuda::tile_union_queries_per_tile(c.h_q / c.h_kv, c.topk);
-  const std::vector<std::uint8_t> want =
-      msa::route_tiles_host(ids, w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), batch, c.h_kv,
-                            c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
+  const std::vector<std::uint8_t> want = host_flags(c, w, q_per_tile, /*call=*/false);
   const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, w.total_q, q_per_tile);
   ASSERT_EQ(static_cast<std::int64_t>(want.size()), tiles);
   const auto [want_list, want_rest] = rank_lists(want, c.h_kv);
@@ -118,6 +150,7 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
   // The routing as plan() runs it: inside the k2q planner (K2qDeviceInputs::route), on the
   // general path and, where the problem fits them, on the small, grid and fused paths.
   const auto* k_len = w.k_len.data<std::int32_t>();
+  const auto batch = static_cast<std::int64_t>(c.requests.size());
   const std::int64_t max_k_len = *std::max_element(k_len, k_len + batch);
   auto sizes = msa::cuda::k2q_device_sizes(c.h_kv, c.topk, 16, msa::ProblemSize{batch, w.total_q, max_k_len});
   const DeviceBuffer d_ids(ids, w.topk.bytes()), d_cu(w.cu_seqlens_q.raw(), w.cu_seqlens_q.bytes()),
@@ -143,23 +176,8 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
     CUDA_OK(cudaMemset(d_count.get(), 0xff, 4));
     CUDA_OK(cudaMemset(d_rest_count.get(), 0xff, 4));
     CUDA_OK(cudaMemset(d_rest.get(), 0x5a, static_cast<std::size_t>(tiles) * 4));
-    msa::cuda::TileRouteParams p{};
-    p.ids = d_ids.as<const std::int32_t>();
-    p.stride_topk_head = w.total_q * c.topk;
-    p.stride_topk_token = c.topk;
-    p.cu_seqlens_q = d_cu.as<const std::int32_t>();
-    p.k_len = d_klen.as<const std::int32_t>();
-    p.batch = batch;
-    p.h_kv = c.h_kv;
-    p.total_q = w.total_q;
-    p.topk = c.topk;
-    p.q_per_tile = q_per_tile;
-    p.group = c.h_q / c.h_kv;
-    p.union_tile = d_flags.as<std::uint8_t>();
-    p.union_list = d_list.as<std::int32_t>();
-    p.union_count = d_count.as<std::int32_t>();
-    p.combine_list = d_rest.as<std::int32_t>();
-    p.combine_count = d_rest_count.as<std::int32_t>();
+    const msa::cuda::TileRouteParams p =
+        route_params(c, w, q_per_tile, d_ids, d_cu, d_klen, d_flags, d_list, d_count, d_rest, d_rest_count);
     msa::cuda::K2qDeviceInputs in{};
     in.cu_seqlens_q = p.cu_seqlens_q;
     in.k_len = p.k_len;
@@ -194,14 +212,9 @@ TEST_P(TileRouteCuda, CallMatchesHostTwin) {
   const RouteCase& c = GetParam();
   msa::bench::Workload w = route_workload(c);
   const auto* ids = w.topk.data<std::int32_t>();
-  const int batch = static_cast<int>(c.requests.size());
   const int q_per_tile = msa::cuda::tile_union_queries_per_tile(c.h_q / c.h_kv, c.topk);
-  const std::vector<std::uint8_t> want =
-      msa::route_call_host(ids, w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), batch, c.h_kv,
-                           c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
-  const std::vector<std::uint8_t> candidates =
-      msa::route_tiles_host(ids, w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), batch, c.h_kv,
-                            c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
+  const std::vector<std::uint8_t> want = host_flags(c, w, q_per_tile, /*call=*/true);
+  const std::vector<std::uint8_t> candidates = host_flags(c, w, q_per_tile, /*call=*/false);
   const std::int64_t tiles = msa::cuda::tile_route_tiles(c.h_kv, w.total_q, q_per_tile);
   const auto [want_list, want_rest] = rank_lists(want, c.h_kv);
   const DeviceBuffer d_ids(ids, w.topk.bytes()), d_cu(w.cu_seqlens_q.raw(), w.cu_seqlens_q.bytes()),
@@ -213,23 +226,8 @@ TEST_P(TileRouteCuda, CallMatchesHostTwin) {
   CUDA_OK(cudaMemset(d_count.get(), 0xff, 4));
   CUDA_OK(cudaMemset(d_rest_count.get(), 0xff, 4));
   CUDA_OK(cudaMemset(d_counters.get(), 0, sizeof(msa::cuda::RouteCallCounters)));
-  msa::cuda::TileRouteParams p{};
-  p.ids = d_ids.as<const std::int32_t>();
-  p.stride_topk_head = w.total_q * c.topk;
-  p.stride_topk_token = c.topk;
-  p.cu_seqlens_q = d_cu.as<const std::int32_t>();
-  p.k_len = d_klen.as<const std::int32_t>();
-  p.batch = batch;
-  p.h_kv = c.h_kv;
-  p.total_q = w.total_q;
-  p.topk = c.topk;
-  p.q_per_tile = q_per_tile;
-  p.group = c.h_q / c.h_kv;
-  p.union_tile = d_flags.as<std::uint8_t>();
-  p.union_list = d_list.as<std::int32_t>();
-  p.union_count = d_count.as<std::int32_t>();
-  p.combine_list = d_rest.as<std::int32_t>();
-  p.combine_count = d_rest_count.as<std::int32_t>();
+  const msa::cuda::TileRouteParams p =
+      route_params(c, w, q_per_tile, d_ids, d_cu, d_klen, d_flags, d_list, d_count, d_rest, d_rest_count);
   msa::cuda::launch_route_call(p, d_counters.as<msa::cuda::RouteCallCounters>(), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<std::uint8_t> got(static_cast<std::size_t>(tiles));
