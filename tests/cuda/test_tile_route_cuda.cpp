@@ -94,12 +94,17 @@ std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> rank_lists(const
   return {listed, rest};
 }
 
-// The CPU twin's flags for the case: the per-tile rule (route_tiles_host), or the routing
-// decided for the call (route_call_host).
+// The CPU twin's flags for the case: the per-tile rule (route_tiles_host), or its candidates
+// decided for the call (route_call_pays on their sums) whatever the call's size:
+// launch_route_call decides wherever it is asked, and plan() asks it only within
+// route_call_applies, which route_call_host applies too.
 std::vector<std::uint8_t> host_flags(const RouteCase& c, const msa::bench::Workload& w, int q_per_tile, bool call) {
-  const auto twin = call ? msa::route_call_host : msa::route_tiles_host;
-  return twin(w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
-              static_cast<int>(c.requests.size()), c.h_kv, c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
+  msa::TileRouteCounts r = msa::route_tiles_host_counts(
+      w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
+      static_cast<int>(c.requests.size()), c.h_kv, c.h_q / c.h_kv, w.total_q, c.topk, q_per_tile);
+  if (call && !msa::route_call_pays(r.tiles, r.unions, r.edges, c.h_q / c.h_kv))
+    std::fill(r.flags.begin(), r.flags.end(), 0);
+  return r.flags;
 }
 
 // The routing's parameters: the case's geometry on device copies of the workload's top-k, batch
@@ -205,8 +210,9 @@ TEST_P(TileRouteCuda, MatchesHostTwin) {
   }
 }
 
-// The routing plan() runs (launch_route_call: a launch before the planner, decided for the
-// call) against its CPU twin, route_call_host: flags, both lists, and the counters' sums.
+// The routing decided for the call as a launch of its own (launch_route_call, which the
+// planner's small, general and bitmap paths run first) against the CPU twin: flags, both
+// lists, and the counters' sums.
 TEST_P(TileRouteCuda, CallMatchesHostTwin) {
   MSA_SKIP_WITHOUT_GPU();
   const RouteCase& c = GetParam();

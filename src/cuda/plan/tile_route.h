@@ -54,7 +54,8 @@ struct TileRouteParams {
   std::int32_t* combine_list;   // [tiles]
   std::int32_t* combine_count;  // [1]
   // The routing decided for the call (route_call_pays, core/tile_route.h), or both null: the
-  // per-tile rule alone. The k2q planner's grid and fused paths sum their CTAs' candidates in
+  // per-tile rule alone. Decided whatever the call's size; plan() sets them only within
+  // route_call_applies. The k2q planner's grid and fused paths sum their CTAs' candidates in
   // call_slots and decide after a grid barrier; its other paths route first in
   // launch_route_call, with call_counters (build_k2q_device).
   RouteCallSlot* call_slots;         // [kRouteCallSlots]
