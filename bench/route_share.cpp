@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/tile_route.h"
 #include "cuda/api/prefill_route.h"
 
 namespace msa::bench {
@@ -15,11 +14,9 @@ double union_tile_share(const Workload& w, std::int64_t max_k_len, PrefillPath p
   if (w.total_q <= 0) return 0.0;
   const cuda::PrefillRouteChoice choice =
       cuda::choose_prefill_route(s, path, /*union_readable=*/true, nullptr, nullptr, batch, w.total_q, max_k_len);
-  if (cuda::every_tile_on_union(choice.route)) return 1.0;
-  if (choice.route != cuda::PrefillRoute::kRouted) return 0.0;
   const std::vector<std::uint8_t> route =
-      route_call_host(w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(),
-                      static_cast<int>(batch), s.h_kv, s.group(), w.total_q, s.topk, choice.q_per_tile);
+      cuda::union_tile_flags(choice, s, w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(),
+                             w.k_len.data<std::int32_t>(), batch, w.total_q);
   if (route.empty()) return 0.0;
   return static_cast<double>(std::count(route.begin(), route.end(), 1)) / static_cast<double>(route.size());
 }

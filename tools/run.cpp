@@ -294,12 +294,9 @@ class Pipeline {
       const cuda::PrefillRouteChoice choice = cuda::choose_prefill_route(
           shape_, opt.prefill_path, /*union_readable=*/true, nullptr, nullptr, b_count, prefill_.total_q, bound);
       route.q_per_tile = cuda::tile_union_queries_per_tile(shape_.group(), shape_.topk);
-      if (cuda::every_tile_on_union(choice.route))
-        flags.assign(static_cast<std::size_t>(shape_.h_kv * tiles_per_head(prefill_.total_q, route.q_per_tile)), 1);
-      else if (choice.route == cuda::PrefillRoute::kRouted)
-        flags = route_call_host(prefill_.topk.data<std::int32_t>(), prefill_.cu_seqlens_q.data<std::int32_t>(),
-                                prefill_.k_len.data<std::int32_t>(), b_count, shape_.h_kv, shape_.group(),
-                                prefill_.total_q, shape_.topk, route.q_per_tile);
+      flags = cuda::union_tile_flags(choice, shape_, prefill_.topk.data<std::int32_t>(),
+                                     prefill_.cu_seqlens_q.data<std::int32_t>(), prefill_.k_len.data<std::int32_t>(),
+                                     b_count, prefill_.total_q);
       if (!flags.empty()) route.union_tile = flags.data();
     }
 #endif

@@ -44,4 +44,15 @@ PrefillRouteChoice choose_prefill_route(const AttentionShape& shape, PrefillPath
   return c;
 }
 
+std::vector<std::uint8_t> union_tile_flags(const PrefillRouteChoice& choice, const AttentionShape& shape,
+                                           const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
+                                           const std::int32_t* k_len, std::int64_t batch, std::int64_t total_q) {
+  const int q_per_tile = tile_union_queries_per_tile(shape.group(), shape.topk);
+  if (every_tile_on_union(choice.route))
+    return std::vector<std::uint8_t>(static_cast<std::size_t>(shape.h_kv * tiles_per_head(total_q, q_per_tile)), 1);
+  if (choice.route != PrefillRoute::kRouted) return {};
+  return route_call_host(topk, cu_seqlens_q, k_len, static_cast<int>(batch), shape.h_kv, shape.group(), total_q,
+                         shape.topk, q_per_tile);
+}
+
 }  // namespace msa::cuda

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "msa/prefill.h"
 
@@ -37,6 +38,15 @@ struct PrefillRouteChoice {
 PrefillRouteChoice choose_prefill_route(const AttentionShape& shape, PrefillPath path, bool union_readable,
                                         const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                                         std::int64_t total_q, std::int64_t max_k_len);
+
+// The (KV head, query tile) pairs the route gives the tile-union kernel, as flags over h_kv *
+// tiles_per_head(total_q, tile_union_queries_per_tile(...)) tiles, the planner's: every tile
+// where every_tile_on_union, route_call_host's where kRouted, none (empty) otherwise. Host
+// rows: topk [total_q, h_kv, topk], cu_seqlens_q [batch + 1], k_len [batch]. For the oracles of
+// `msa run`, the bench's union column and the tests.
+std::vector<std::uint8_t> union_tile_flags(const PrefillRouteChoice& choice, const AttentionShape& shape,
+                                           const std::int32_t* topk, const std::int32_t* cu_seqlens_q,
+                                           const std::int32_t* k_len, std::int64_t batch, std::int64_t total_q);
 
 // Whether the route runs every tile on the union kernel without a device plan (plan() builds
 // nothing; plan_snapshot() rebuilds the plan on the host with every tile routed).

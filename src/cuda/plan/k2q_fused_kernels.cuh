@@ -279,11 +279,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
         std::int32_t* s_key = reinterpret_cast<std::int32_t*>(s_dyn) + warp * route_warp_ints(entries);
         for (int i = uq.q0 / route.q_per_tile + warp; i <= (uq.q1 - 1) / route.q_per_tile; i += kFusedWarps) {
           const RoutedTile r = route_tile<16>(route, h * tiles + i, tiles, lane, s_key, s_key + entries);
-          if (r.wins && static_cast<std::int64_t>(i) * route.q_per_tile >= uq.q0) {  // its first query's unit
-            ++mine.tiles;
-            mine.unions += r.unions;
-            mine.edges += r.edges;
-          }
+          if (static_cast<std::int64_t>(i) * route.q_per_tile >= uq.q0) mine.add(r);  // its first query's unit
         }
         __syncthreads();  // the flags written (the count reads them), the tables free
       }

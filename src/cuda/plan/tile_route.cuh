@@ -195,7 +195,34 @@ __device__ __forceinline__ RoutedTile route_tile(const TileRouteParams& p, std::
 // A warp's sums over the candidate tiles it routed (the routing decided for the call).
 struct RouteSums {
   unsigned long long tiles = 0, unions = 0, edges = 0;
+  // Counts `r` when route_tile flagged it (a candidate of the per-tile rule).
+  __device__ __forceinline__ void add(const RoutedTile& r) {
+    if (!r.wins) return;
+    ++tiles;
+    unions += r.unions;
+    edges += r.edges;
+  }
 };
+
+// CTA-collective (every thread; `mine`: each warp's sums, the same in its lanes): the sums of
+// the CTA's warps, the same in every thread.
+__device__ __forceinline__ RouteSums route_cta_sums(const RouteSums& mine) {
+  __shared__ unsigned long long s_sums[3];
+  if (threadIdx.x < 3) s_sums[threadIdx.x] = 0;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0 && mine.tiles != 0) {
+    atomicAdd(&s_sums[0], mine.tiles);
+    atomicAdd(&s_sums[1], mine.unions);
+    atomicAdd(&s_sums[2], mine.edges);
+  }
+  __syncthreads();
+  RouteSums cta;
+  cta.tiles = s_sums[0];
+  cta.unions = s_sums[1];
+  cta.edges = s_sums[2];
+  __syncthreads();  // s_sums is read before a later call clears it
+  return cta;
+}
 
 // Whether `tile` (< h_kv * per_head) spans requests: its first and last queries lie in different
 // ones (request_of_query).
@@ -231,12 +258,7 @@ __device__ __forceinline__ RouteSums route_cta(const TileRouteParams& p, int cta
     while (todo != 0u) {
       const int i = __ffs(todo) - 1;
       todo &= todo - 1u;
-      const RoutedTile r = route_tile<kLaneEntries>(p, base + i, per_head, lane, s_key, s_key + entries);
-      if (r.wins) {
-        ++sums.tiles;
-        sums.unions += r.unions;
-        sums.edges += r.edges;
-      }
+      sums.add(route_tile<kLaneEntries>(p, base + i, per_head, lane, s_key, s_key + entries));
     }
   }
   return sums;
@@ -262,16 +284,8 @@ __device__ __forceinline__ RouteSums route_cta_fit(const TileRouteParams& p, int
 // candidates' sums into p.call_slots[cta] (a cooperative planner launch's routing decided for
 // the call).
 __device__ __forceinline__ void route_call_slot_write(const TileRouteParams& p, int cta, const RouteSums& mine) {
-  __shared__ unsigned long long s_sums[3];
-  if (threadIdx.x < 3) s_sums[threadIdx.x] = 0;
-  __syncthreads();
-  if (threadIdx.x % 32 == 0 && mine.tiles != 0) {
-    atomicAdd(&s_sums[0], mine.tiles);
-    atomicAdd(&s_sums[1], mine.unions);
-    atomicAdd(&s_sums[2], mine.edges);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) p.call_slots[cta] = RouteCallSlot{s_sums[0], s_sums[1], s_sums[2]};
+  const RouteSums sums = route_cta_sums(mine);
+  if (threadIdx.x == 0) p.call_slots[cta] = RouteCallSlot{sums.tiles, sums.unions, sums.edges};
 }
 
 // CTA-collective, after a grid barrier that follows every CTA's route_call_slot_write: the sums
@@ -366,24 +380,16 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
     route_call_kernel(const TileRouteParams p, RouteCallCounters* counters) {
   constexpr int kThreads = kRouteWarps * 32;
   extern __shared__ __align__(16) std::int32_t s_route[];
-  __shared__ unsigned long long s_sums[3];
   __shared__ int s_last;
   __shared__ typename cub::BlockScan<int, kThreads>::TempStorage scan_tmp;
   const int tid = threadIdx.x;
-  if (tid < 3) s_sums[tid] = 0;
-  __syncthreads();
-  const RouteSums mine = route_cta<kLaneEntries>(p, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), s_route);
-  if (tid % 32 == 0 && mine.tiles != 0) {  // a warp's sums (every lane holds them)
-    atomicAdd(&s_sums[0], mine.tiles);
-    atomicAdd(&s_sums[1], mine.unions);
-    atomicAdd(&s_sums[2], mine.edges);
-  }
-  __syncthreads();
+  const RouteSums cta =
+      route_cta_sums(route_cta<kLaneEntries>(p, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), s_route));
   if (tid == 0) {
-    if (s_sums[0] != 0) {
-      atomicAdd(&counters->tiles, s_sums[0]);
-      atomicAdd(&counters->unions, s_sums[1]);
-      atomicAdd(&counters->edges, s_sums[2]);
+    if (cta.tiles != 0) {
+      atomicAdd(&counters->tiles, cta.tiles);
+      atomicAdd(&counters->unions, cta.unions);
+      atomicAdd(&counters->edges, cta.edges);
     }
     __threadfence();  // this CTA's flags and sums before its count
     s_last = atomicAdd(&counters->done, 1u) == gridDim.x - 1 ? 1 : 0;
