@@ -114,53 +114,52 @@ TEST(PrefillRoute, BenchUnionShareFollowsTheRoute) {
 // cuda::union_tile_flags, the oracles' view of a route: every planner tile where the union
 // kernel takes the call, route_call_host's flags where the call is routed, none otherwise.
 TEST(PrefillRoute, UnionTileFlagsFollowTheRoute) {
+  using msa::bench::Selection;
   const msa::AttentionShape shape{.h_q = 64, .h_kv = 4, .d = 128, .topk = 16};
-  const auto workload = [&](std::vector<msa::bench::Request> requests, msa::bench::Selection selection) {
+  const auto workload = [](const msa::AttentionShape& s, std::vector<msa::bench::Request> requests, Selection selection,
+                           std::uint64_t seed) {
     msa::bench::WorkloadSpec spec;
-    spec.shape = shape;
+    spec.shape = s;
     spec.requests = std::move(requests);
     spec.selection = selection;
     spec.host_values = false;
-    spec.seed = 11;
+    spec.seed = seed;
     return msa::bench::make_workload(spec);
   };
+  const auto batch = [](const msa::bench::Workload& w) { return static_cast<std::int64_t>(w.spec.requests.size()); };
+  // The function under test, and the twin it must follow where the call is routed.
   const auto flags = [&](const msa::bench::Workload& w, const msa::cuda::PrefillRouteChoice& c) {
-    return msa::cuda::union_tile_flags(c, shape, w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(),
-                                       w.k_len.data<std::int32_t>(), static_cast<std::int64_t>(w.spec.requests.size()),
+    return msa::cuda::union_tile_flags(c, w.spec.shape, w.topk.data<std::int32_t>(),
+                                       w.cu_seqlens_q.data<std::int32_t>(), w.k_len.data<std::int32_t>(), batch(w),
                                        w.total_q);
+  };
+  const auto twin = [&](const msa::bench::Workload& w) {
+    const msa::AttentionShape& s = w.spec.shape;
+    return msa::route_call_host(w.topk.data<std::int32_t>(), w.cu_seqlens_q.data<std::int32_t>(),
+                                w.k_len.data<std::int32_t>(), static_cast<int>(batch(w)), s.h_kv, s.group(), w.total_q,
+                                s.topk, msa::cuda::tile_union_queries_per_tile(s.group(), s.topk));
   };
   const int q_per_tile = msa::cuda::tile_union_queries_per_tile(shape.group(), shape.topk);
   const std::size_t tiles_2048 = static_cast<std::size_t>(shape.h_kv * msa::tiles_per_head(2048, q_per_tile));
 
   // Tile-shared 2048 new tokens on 128k: routed, and the call rule keeps the per-tile rule's
   // candidates (docs/performance.md step 76: every tile on the union kernel).
-  const msa::bench::Workload shared = workload({{2048, 133120}}, msa::bench::Selection::kTileShared);
+  const msa::bench::Workload shared = workload(shape, {{2048, 133120}}, Selection::kTileShared, 11);
   const auto routed = device_route(shape, PrefillPath::kAuto, 1, 2048, 133120);
   ASSERT_EQ(routed.route, PrefillRoute::kRouted);
   const std::vector<std::uint8_t> f = flags(shared, routed);
-  EXPECT_EQ(f, msa::route_call_host(shared.topk.data<std::int32_t>(), shared.cu_seqlens_q.data<std::int32_t>(),
-                                    shared.k_len.data<std::int32_t>(), 1, shape.h_kv, shape.group(), 2048, shape.topk,
-                                    q_per_tile));
+  EXPECT_EQ(f, twin(shared));
   ASSERT_EQ(f.size(), tiles_2048);
   EXPECT_GT(std::count(f.begin(), f.end(), 1), 0);
 
   // A call whose tiles go both ways (PrefillCuda's page128_g16_random_mixed: 1056 queries on
   // 16 blocks beside 768 on 16k, at h_kv 1).
   const msa::AttentionShape one{.h_q = 16, .h_kv = 1, .d = 128, .topk = 16};
-  msa::bench::WorkloadSpec mixed_spec;
-  mixed_spec.shape = one;
-  mixed_spec.requests = {{768, 16384}, {1056, 2048}};
-  mixed_spec.host_values = false;
-  mixed_spec.seed = 13;
-  const msa::bench::Workload mixed = msa::bench::make_workload(mixed_spec);
+  const msa::bench::Workload mixed = workload(one, {{768, 16384}, {1056, 2048}}, Selection::kRandom, 13);
   const auto mixed_route = device_route(one, PrefillPath::kAuto, 2, 1824, 16384);
   ASSERT_EQ(mixed_route.route, PrefillRoute::kRouted);
-  const std::vector<std::uint8_t> m =
-      msa::cuda::union_tile_flags(mixed_route, one, mixed.topk.data<std::int32_t>(),
-                                  mixed.cu_seqlens_q.data<std::int32_t>(), mixed.k_len.data<std::int32_t>(), 2, 1824);
-  EXPECT_EQ(m, msa::route_call_host(mixed.topk.data<std::int32_t>(), mixed.cu_seqlens_q.data<std::int32_t>(),
-                                    mixed.k_len.data<std::int32_t>(), 2, one.h_kv, one.group(), 1824, one.topk,
-                                    msa::cuda::tile_union_queries_per_tile(one.group(), one.topk)));
+  const std::vector<std::uint8_t> m = flags(mixed, mixed_route);
+  EXPECT_EQ(m, twin(mixed));
   EXPECT_GT(std::count(m.begin(), m.end(), 1), 0);
   EXPECT_GT(std::count(m.begin(), m.end(), 0), 0);
 
@@ -170,7 +169,7 @@ TEST(PrefillRoute, UnionTileFlagsFollowTheRoute) {
   EXPECT_TRUE(flags(shared, device_route(shape, PrefillPath::kBlockMajor, 1, 2048, 133120)).empty());
 
   // 16 new tokens on 16k run as a decode step: every planner tile of its 16 queries.
-  const msa::bench::Workload step = workload({{16, 16384}}, msa::bench::Selection::kRandom);
+  const msa::bench::Workload step = workload(shape, {{16, 16384}}, Selection::kRandom, 11);
   const auto decode = device_route(shape, PrefillPath::kAuto, 1, 16, 16384);
   ASSERT_EQ(decode.route, PrefillRoute::kDecode);
   EXPECT_EQ(flags(step, decode),
