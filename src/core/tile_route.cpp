@@ -266,6 +266,10 @@ int union_group_heads(std::int64_t kv_bytes_per_head, std::int64_t per_head, int
   return static_cast<int>(std::clamp<std::int64_t>(std::max(fit, balance), 1, h_kv));
 }
 
+bool block_major_kv_once(std::int64_t kv_bytes, std::int64_t partial_bytes, std::int64_t l2_bytes) {
+  return l2_bytes > 0 && kv_bytes <= l2_bytes && partial_bytes <= l2_bytes;
+}
+
 bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                      std::int64_t total_q, std::int64_t max_k_len, int topk, int q_per_tile, std::uint64_t max_union) {
   if (batch <= 0 || total_q <= 0 || topk <= 0 || q_per_tile <= 0) return false;

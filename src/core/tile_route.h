@@ -54,6 +54,13 @@ MSA_HOST_DEVICE Int tile_of_rank_grouped(Int r, Int per_head, int h_kv, int grou
 // CTAs (the snake schedule balances heaviest-first tiles round by round), and at most h_kv.
 int union_group_heads(std::int64_t kv_bytes_per_head, std::int64_t per_head, int h_kv, int ctas, std::int64_t l2_bytes);
 
+// Whether the block-major kernel loads K/V with EVICT_FIRST (instead of EVICT_LAST): where the
+// call's K/V (kv_bytes, every KV head) and its partials (partial_bytes) each fit the L2 cache,
+// the partials the kernel writes then stay there for the combine, and the blocks' later items
+// still find them (docs/performance.md, steps 77 and 78). Elsewhere K/V keep EVICT_LAST: a
+// block that many items read is read again from L2.
+bool block_major_kv_once(std::int64_t kv_bytes, std::int64_t partial_bytes, std::int64_t l2_bytes);
+
 // The routing's cost model, measured per GQA group G (docs/performance.md, step 31: the three
 // paths at G = 1..16, S = 2k-24k, h_q 64, D 128, bf16, H100). The tile-union kernel costs about
 // one step per union block of a tile, a 128-key block for its whole 128-row M tile, whatever

@@ -189,16 +189,19 @@ class PrefillCuda final : public SparsePrefill::Impl {
     if (l2_bytes_ == 0) l2_bytes_ = current_l2_bytes();
     // A plan-free launch of wide tiles walks them over groups of KV heads whose K/V fits the
     // L2 cache.
+    std::int64_t kv_tokens = 0;  // per KV head
+    if (host_batch)
+      for (const std::int32_t k : info.k_len) kv_tokens += std::max<std::int32_t>(k, 0);
+    else
+      kv_tokens = b_count * std::max<std::int64_t>(max_k_len, 0);
+    const std::int64_t kv_bytes_per_head = kv_tokens * shape.d * 2 * 2;
     union_group_heads_ = shape.h_kv;
-    if (union_only_ && total_q > 0 && union_q_per_tile_ > kTileUnionNarrowQueries) {
-      std::int64_t kv_tokens = 0;  // per KV head
-      if (host_batch)
-        for (const std::int32_t k : info.k_len) kv_tokens += std::max<std::int32_t>(k, 0);
-      else
-        kv_tokens = b_count * std::max<std::int64_t>(max_k_len, 0);
-      union_group_heads_ = union_group_heads(kv_tokens * shape.d * 2 * 2, tiles_per_head(total_q, union_q_per_tile_),
-                                             shape.h_kv, sm_count_, l2_bytes_);
-    }
+    if (union_only_ && total_q > 0 && union_q_per_tile_ > kTileUnionNarrowQueries)
+      union_group_heads_ = union_group_heads(kv_bytes_per_head, tiles_per_head(total_q, union_q_per_tile_), shape.h_kv,
+                                             sm_count_, l2_bytes_);
+    // The block-major kernel's K/V L2 priority (block_major_kv_once).
+    block_major_kv_once_ = block_major_kv_once(kv_bytes_per_head * shape.h_kv,
+                                               std::int64_t(shape.topk) * total_q * shape.h_q * shape.d * 2, l2_bytes_);
     inputs_.keep(batch, topk);
     plan_stream_ = stream;
     batch_staged_ = host_batch;
@@ -318,7 +321,11 @@ class PrefillCuda final : public SparsePrefill::Impl {
         else
           launch_tile_union<kDtype, kHeadDim, TileUnionUse::kPrefill>(u, tma, sm_count_, stream);
       }
-      if (use_block_major) launch_block_major<kDtype, kHeadDim>(block_major_params(attn, ws_), tma, sm_count_, stream);
+      if (use_block_major) {
+        prefill_sm90::BlockMajorParams b = block_major_params(attn, ws_);
+        b.kv_once = block_major_kv_once_;
+        launch_block_major<kDtype, kHeadDim>(b, tma, sm_count_, stream);
+      }
       if (use_block_major || split_union_)
         launch_combine<kDtype, kHeadDim>(c, sm_count_, stream, /*programmatic=*/true);
     });
@@ -402,6 +409,7 @@ class PrefillCuda final : public SparsePrefill::Impl {
   DecodeWorkspace decode_ws_{};
   int union_q_per_tile_ = 0;   // queries per tile of the union kernel's launch (routed: the routing's)
   int union_group_heads_ = 0;  // a plan-free launch's tile order (tile_of_rank_grouped)
+  bool block_major_kv_once_ = false;  // the block-major kernel's K/V with EVICT_FIRST
   long long l2_bytes_ = 0;
   TensorView planned_cu_, planned_k_len_, planned_topk_;  // device views plan() read
   PrefillWorkspace ws_{};

@@ -51,7 +51,7 @@ __device__ __forceinline__ void loader(const BlockMajorParams& p, const PrefillT
   const WorkListSchedule sched = work_schedule(p);
   for (const int pos : sched.mine()) {
     const ItemCoords it = load_item(p, sched.item(pos));
-    kv.load(it.kv_head, it.b, it.block_start, it.k_len);
+    kv.load(it.kv_head, it.b, it.block_start, it.k_len, p.kv_once);
   }
 }
 

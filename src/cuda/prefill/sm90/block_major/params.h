@@ -15,6 +15,7 @@ struct BlockMajorParams {
   const std::int32_t* work_count;  // [1]
   const std::int32_t* qsplit;      // [h_kv, edges_per_head] qsplit words (q_local, slot)
   std::int64_t edges_per_head;     // total_q * topk
+  bool kv_once;                    // K/V boxes with EVICT_FIRST (block_major_kv_once), else EVICT_LAST
 };
 
 }  // namespace msa::cuda::prefill_sm90

@@ -91,7 +91,9 @@ __device__ __forceinline__ std::uint32_t block_chunks(const AttentionParams& p, 
 
 // The L2 eviction priority of a block's K / V boxes. A block that another CTA may read again
 // in the same call (the prefill's blocks, seen by every later query tile; a decode block of a
-// request whose queries span two tiles) stays with EVICT_LAST. A decode block that only its
+// request whose queries span two tiles) stays with EVICT_LAST, but for the block-major calls
+// whose K/V and partials each fit the L2 (block_major_kv_once: EVICT_FIRST keeps the partials
+// there for the combine, docs/performance.md step 78). A decode block that only its
 // tile reads goes with EVICT_FIRST: nothing reads it again in the call, and EVICT_LAST there
 // made the steps of 8 requests 4-8% slower and smaller ones up to 4% (docs/performance.md
 // step 56; on steps whose tiles share a request's blocks, EVICT_FIRST cost up to 10%).
