@@ -266,8 +266,9 @@ int union_group_heads(std::int64_t kv_bytes_per_head, std::int64_t per_head, int
   return static_cast<int>(std::clamp<std::int64_t>(std::max(fit, balance), 1, h_kv));
 }
 
-bool block_major_kv_once(std::int64_t kv_bytes, std::int64_t partial_bytes, std::int64_t l2_bytes) {
-  return l2_bytes > 0 && kv_bytes <= l2_bytes && partial_bytes <= l2_bytes;
+bool block_major_kv_once(double kv_bytes, double partial_bytes, std::int64_t l2_bytes) {
+  const auto l2 = static_cast<double>(l2_bytes);
+  return l2_bytes > 0 && kv_bytes <= l2 && partial_bytes <= l2;
 }
 
 bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,

@@ -59,7 +59,7 @@ int union_group_heads(std::int64_t kv_bytes_per_head, std::int64_t per_head, int
 // the partials the kernel writes then stay there for the combine, and the blocks' later items
 // still find them (docs/performance.md, steps 77 and 78). Elsewhere K/V keep EVICT_LAST: a
 // block that many items read is read again from L2.
-bool block_major_kv_once(std::int64_t kv_bytes, std::int64_t partial_bytes, std::int64_t l2_bytes);
+bool block_major_kv_once(double kv_bytes, double partial_bytes, std::int64_t l2_bytes);
 
 // The routing's cost model, measured per GQA group G (docs/performance.md, step 31: the three
 // paths at G = 1..16, S = 2k-24k, h_q 64, D 128, bf16, H100). The tile-union kernel costs about

@@ -667,8 +667,8 @@ TEST(TileRoute, GroupedRankOrderIsAPermutationHeaviestFirstPerGroup) {
 // fit the L2 (h_q 64, h_kv 4, d 128, top-16, 16-bit: 512 bytes of K/V a token and KV head,
 // 32 KB of partials a query).
 TEST(TileRoute, BlockMajorKvOnceWhereKvAndPartialsFitTheL2) {
-  const auto kv_bytes = [](std::int64_t tokens) { return tokens * 4 * 128 * 2 * 2; };
-  const auto partial_bytes = [](std::int64_t queries) { return std::int64_t(16) * queries * 64 * 128 * 2; };
+  const auto kv_bytes = [](std::int64_t tokens) { return static_cast<double>(tokens) * 4 * 128 * 2 * 2; };
+  const auto partial_bytes = [](std::int64_t queries) { return 16.0 * static_cast<double>(queries) * 64 * 128 * 2; };
   for (const std::int64_t l2 : {std::int64_t(50) << 20, std::int64_t(60) << 20}) {
     EXPECT_TRUE(msa::block_major_kv_once(kv_bytes(16555), partial_bytes(171), l2));   // 32 MB, 43 MB
     EXPECT_FALSE(msa::block_major_kv_once(kv_bytes(65707), partial_bytes(171), l2));  // 128 MB of K/V
@@ -677,8 +677,10 @@ TEST(TileRoute, BlockMajorKvOnceWhereKvAndPartialsFitTheL2) {
   }
   // At the L2's size exactly, and one byte past it (each side alone).
   const std::int64_t l2 = std::int64_t(60) << 20;
-  EXPECT_TRUE(msa::block_major_kv_once(l2, l2, l2));
-  EXPECT_FALSE(msa::block_major_kv_once(l2 + 1, 0, l2));
-  EXPECT_FALSE(msa::block_major_kv_once(0, l2 + 1, l2));
-  EXPECT_FALSE(msa::block_major_kv_once(0, 0, 0));  // no L2 size known
+  const auto l2d = static_cast<double>(l2);
+  EXPECT_TRUE(msa::block_major_kv_once(l2d, l2d, l2));
+  EXPECT_FALSE(msa::block_major_kv_once(l2d + 1, 0, l2));
+  EXPECT_FALSE(msa::block_major_kv_once(0, l2d + 1, l2));
+  EXPECT_FALSE(msa::block_major_kv_once(1e30, 0, l2));  // a device batch's bound past any int64
+  EXPECT_FALSE(msa::block_major_kv_once(0, 0, 0));      // no L2 size known
 }

@@ -194,14 +194,15 @@ class PrefillCuda final : public SparsePrefill::Impl {
       for (const std::int32_t k : info.k_len) kv_tokens += std::max<std::int32_t>(k, 0);
     else
       kv_tokens = b_count * std::max<std::int64_t>(max_k_len, 0);
-    const std::int64_t kv_bytes_per_head = kv_tokens * shape.d * 2 * 2;
     union_group_heads_ = shape.h_kv;
     if (union_only_ && total_q > 0 && union_q_per_tile_ > kTileUnionNarrowQueries)
-      union_group_heads_ = union_group_heads(kv_bytes_per_head, tiles_per_head(total_q, union_q_per_tile_), shape.h_kv,
-                                             sm_count_, l2_bytes_);
-    // The block-major kernel's K/V L2 priority (block_major_kv_once).
-    block_major_kv_once_ = block_major_kv_once(kv_bytes_per_head * shape.h_kv,
-                                               std::int64_t(shape.topk) * total_q * shape.h_q * shape.d * 2, l2_bytes_);
+      union_group_heads_ = union_group_heads(kv_tokens * shape.d * 2 * 2, tiles_per_head(total_q, union_q_per_tile_),
+                                             shape.h_kv, sm_count_, l2_bytes_);
+    // The block-major kernel's K/V L2 priority (block_major_kv_once); in double, so that no
+    // bound a device batch gives can overflow it.
+    block_major_kv_once_ = block_major_kv_once(
+        static_cast<double>(kv_tokens) * shape.h_kv * shape.d * 2 * 2,
+        static_cast<double>(shape.topk) * static_cast<double>(total_q) * shape.h_q * shape.d * 2, l2_bytes_);
     inputs_.keep(batch, topk);
     plan_stream_ = stream;
     batch_staged_ = host_batch;
