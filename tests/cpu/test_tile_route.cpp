@@ -665,7 +665,7 @@ TEST(TileRoute, GroupedRankOrderIsAPermutationHeaviestFirstPerGroup) {
 
 // The block-major kernel's K/V go EVICT_FIRST only where the call's K/V and its partials each
 // fit the L2 (h_q 64, h_kv 4, d 128, top-16, 16-bit: 512 bytes of K/V a token and KV head,
-// 32 KB of partials a query).
+// 256 KB of partials a query).
 TEST(TileRoute, BlockMajorKvOnceWhereKvAndPartialsFitTheL2) {
   const auto kv_bytes = [](std::int64_t tokens) { return static_cast<double>(tokens) * 4 * 128 * 2 * 2; };
   const auto partial_bytes = [](std::int64_t queries) { return 16.0 * static_cast<double>(queries) * 64 * 128 * 2; };

@@ -187,13 +187,13 @@ class PrefillCuda final : public SparsePrefill::Impl {
 
     if (sm_count_ == 0) sm_count_ = current_sm_count();
     if (l2_bytes_ == 0) l2_bytes_ = current_l2_bytes();
-    // A plan-free launch of wide tiles walks them over groups of KV heads whose K/V fits the
-    // L2 cache.
-    std::int64_t kv_tokens = 0;  // per KV head
+    std::int64_t kv_tokens = 0;  // per KV head (a device batch: B x its bound)
     if (host_batch)
       for (const std::int32_t k : info.k_len) kv_tokens += std::max<std::int32_t>(k, 0);
     else
       kv_tokens = b_count * std::max<std::int64_t>(max_k_len, 0);
+    // A plan-free launch of wide tiles walks them over groups of KV heads whose K/V fits the
+    // L2 cache.
     union_group_heads_ = shape.h_kv;
     if (union_only_ && total_q > 0 && union_q_per_tile_ > kTileUnionNarrowQueries)
       union_group_heads_ = union_group_heads(kv_tokens * shape.d * 2 * 2, tiles_per_head(total_q, union_q_per_tile_),
