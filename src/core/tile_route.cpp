@@ -204,8 +204,8 @@ bool split_union_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_l
                        int splits) {
   if (batch <= 0 || total_q <= 0 || h_kv <= 0 || h_q <= 0 || d <= 0 || topk <= 0 || q_per_tile <= 0 || splits <= 0)
     return false;
-  constexpr double kSplitBlockNs = 14.0, kSplitCtaBlockNs = 1600.0, kBlockMajorBlockNs = 18.0,
-                   kBlockMajorEntryNs = 0.12, kBlockMajorPlanNs = 20000.0;
+  constexpr double kSplitBlockNs = 17.0, kSplitCtaBlockNs = 1800.0, kBlockMajorBlockNs = 20.0,
+                   kBlockMajorEntryNs = 0.14, kBlockMajorPlanNs = 14000.0;
   double tile_blocks = 0.0, request_blocks = 0.0, entries = 0.0;  // per KV head
   double open = 0.0, widest = 0.0;  // the union of the tile being filled; the widest tile's
   // One request's q_len queries, packed from query q0, on kl keys.

@@ -195,20 +195,19 @@ bool tile_unions_fit(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len
 // split reads each tile's union (a tile may hold the end of one request and the start of the
 // next: their parts add), the block-major call each request's union once, so a request of many
 // queries on few blocks makes its tiles read its blocks again and again. Times fitted on the
-// H200 at D = 128 (docs/performance.md, steps 69 and 70: 87 eager calls taken both ways at h_kv
-// 1, 2, 4, 8 and 64, G 1-16) and scaled by d / 128:
-// - the split: the longer of 14 ns per tile union block and KV head (the GPU's bandwidth) and
-//   1.6 us per block of the widest tile's split, times the waves of kSplitWaveCtas CTAs its
+// H200 at D = 128 (docs/performance.md step 79: 132 eager calls taken both ways at h_kv 1, 2, 4,
+// 8 and 64, G 1-16; steps 69-71 had fitted the same form when the planned calls took 5-24 us
+// longer) and scaled by d / 128:
+// - the split: the longer of 17 ns per tile union block and KV head (the GPU's bandwidth) and
+//   1.8 us per block of the widest tile's split, times the waves of kSplitWaveCtas CTAs its
 //   (KV head, tile) pairs' splits make (a CTA streams its blocks one after another: where the
 //   pairs are many and split once, a CTA's share and not the GPU's bandwidth bounds the run);
-// - the block-major call: 20 us for its plan (a fixed cost of the GPU whatever h_kv: 25-28 us
-//   at h_kv 1 and 4), 18 ns per request union block and KV head, 0.12 ns per (query head, top-k
-//   entry).
-// Step 69's form (16 ns a tile block; 15 us, 18 ns, 0.15 ns), fitted at h_kv 4 alone, planned
-// calls at h_kv 1 that split 6-22% faster. A device batch (null cu_seqlens_q / k_len) is taken
-// as `batch` requests of equal shares of total_q, each at max_k_len: a batch whose queries are
-// mostly one request's may then split where its host twin plans (one request of 64 queries on
-// a 16k prefix beside empty ones: 12 us slower, docs/performance.md step 69).
+// - the block-major call: 14 us for its plan, 20 ns per request union block and KV head, 0.14
+//   ns per (query head, top-k entry).
+// A device batch (null cu_seqlens_q / k_len) is taken as `batch` requests of equal shares of
+// total_q, each at max_k_len: a batch whose queries are mostly one request's may then split where
+// its host twin plans (one request of 64 queries on a 16k prefix beside empty ones: 12 us
+// slower, docs/performance.md step 69).
 inline constexpr int kSplitWaveCtas = 132;  // = kDecodeCtaTarget, a CTA a pair's split
 bool split_union_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_len, std::int64_t batch,
                        std::int64_t total_q, std::int64_t max_k_len, int h_kv, int h_q, int d, int topk, int q_per_tile,

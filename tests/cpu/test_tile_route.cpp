@@ -443,9 +443,9 @@ TEST(TileRoute, PlanFreeTilesHoldMoreQueriesAtSmallGroups) {
 // call with the split count the route takes (prefill_union_splits: about a wave of 132 CTAs over
 // the (KV head, tile) pairs, 1..16). One request of q queries on 4096 tokens (32 blocks, 16 chosen
 // of 32 each) touches 32 (1 - 2^-q) blocks, about 32; a tile of 8, 32 (1 - 2^-8) = 31.875. At
-// q = 256 (128 pairs, split once) the split's bandwidth term is 14 ns x 1020 x 4 = 57 120, its
-// CTA term 1600 x 32 = 51 200; the block-major call 20 000 + 18 x 32 x 4 + 0.12 x 256 x 16 x 64 =
-// 53 761: planned. At q = 128 (64 pairs, 2 splits), 28 560 against 38 033: split.
+// q = 256 (128 pairs, split once) the split's bandwidth term is 17 ns x 1020 x 4 = 69 360, its
+// CTA term 1800 x 32 = 57 600; the block-major call 14 000 + 20 x 32 x 4 + 0.14 x 256 x 16 x 64 =
+// 53 260: planned. At q = 128 (64 pairs, 2 splits), 34 680 against 34 910: split.
 TEST(TileRoute, SplitUnionBatchByHand) {
   using msa::split_union_batch;
   const auto splits = [](int h_kv, std::int64_t total_q, int q_per_tile, std::int64_t k_len) {
@@ -460,17 +460,20 @@ TEST(TileRoute, SplitUnionBatchByHand) {
   };
   EXPECT_FALSE(one(256, 4096, 4, 64, 128));
   EXPECT_TRUE(one(128, 4096, 4, 64, 128));
-  // At d = 64 every term but the plan halves: 28 560 against 20 000 + 33 761 / 2 at q = 256.
-  EXPECT_TRUE(one(256, 4096, 4, 64, 64));
-  // Eight requests of 32 on 4096 tokens: each its own 4 tiles, 14 x 8 x 4 x 31.875 x 4 = 57 120
-  // against 20 000 + 18 x 8 x 32 x 4 + 31 457 = 69 889: split, where one request of all 256
+  // At d = 64 every term but the plan halves: at q = 192 (96 pairs, split once) the split's
+  // 57 600 (its CTA term) against 44 085 planned at d = 128, 28 800 against 14 000 + 30 085 / 2
+  // = 29 043 split at d = 64.
+  EXPECT_FALSE(one(192, 4096, 4, 64, 128));
+  EXPECT_TRUE(one(192, 4096, 4, 64, 64));
+  // Eight requests of 32 on 4096 tokens: each its own 4 tiles, 17 x 8 x 4 x 31.875 x 4 = 69 360
+  // against 14 000 + 20 x 8 x 32 x 4 + 36 700 = 71 180: split, where one request of all 256
   // queries was planned.
   std::vector<std::int32_t> cu8(9), kl8(8, 4096);
   for (int b = 0; b <= 8; ++b) cu8[static_cast<std::size_t>(b)] = 32 * b;
   EXPECT_TRUE(split_union_batch(cu8.data(), kl8.data(), 8, 256, 4096, 4, 64, 128, 16, 8, 1));
   // A device batch (no per-request sizes) is taken as equal requests at max_k_len: 8 of 32 as
-  // above; 2 of 128 (the tiles read 1020 blocks a head again, the requests 64: 57 120 against
-  // 56 065) planned; one of 256 planned as the host request.
+  // above; 2 of 128 (the tiles read 1020 blocks a head again, the requests 64: 69 360 against
+  // 55 820) planned; one of 256 planned as the host request.
   EXPECT_TRUE(split_union_batch(nullptr, nullptr, 8, 256, 4096, 4, 64, 128, 16, 8, 1));
   EXPECT_FALSE(split_union_batch(nullptr, nullptr, 2, 256, 4096, 4, 64, 128, 16, 8, 1));
   EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 256, 4096, 4, 64, 128, 16, 8, 1));
@@ -478,18 +481,18 @@ TEST(TileRoute, SplitUnionBatchByHand) {
   EXPECT_EQ(split_union_batch(nullptr, nullptr, 3, 256, 4096, 4, 64, 128, 16, 8, 1),
             split_union_batch(std::vector<std::int32_t>{0, 86, 171, 256}.data(),
                               std::vector<std::int32_t>{4096, 4096, 4096}.data(), 3, 256, 4096, 4, 64, 128, 16, 8, 1));
-  // Where the CTAs bound the split: eight requests of 24 on 16k (96 pairs, split once) stream
-  // a tile's 84.0 blocks each, 1600 x 84 = 134 400, above the bandwidth term (14 x 24 x 84 x 4
-  // = 112 896) and the block-major call's 114 033: planned (0.154 against 0.186 ms split, step 70).
-  const std::vector<std::int32_t> cu24 = {0, 24, 48, 72, 96, 120, 144, 168, 192}, kl24(8, 16384);
-  EXPECT_FALSE(split_union_batch(cu24.data(), kl24.data(), 8, 192, 16384, 4, 64, 128, 16, 8, 1));
-  // The same tiles split 4 ways (the CTA term a quarter) would be taken.
-  EXPECT_TRUE(split_union_batch(cu24.data(), kl24.data(), 8, 192, 16384, 4, 64, 128, 16, 8, 4));
-  // The step-69 and 70 shapes the model was fitted on, far from its cut: 64 queries on a 16k
-  // prefix (their 8 tiles read its blocks again) planned, 32 split; four requests of 16 on 64k
-  // split, of 64 on 64k planned; at G = 1 (h_kv 64, 32-query tiles) one request of 64 on 64k
-  // planned; at h_kv 1 (h_q 16) one request of 171 on 16k split (25 290 against 27 557), of 512
-  // planned.
+  // Where the CTAs bound the split: eight requests of 16 on 16k (64 pairs, split once) stream a
+  // tile's 84.0 blocks each, 1800 x 85 = 153 000, above the bandwidth term (17 x 16 x 84.0 x 4 =
+  // 91 412) and the block-major call's 104 598: planned. Split 4 ways (two waves of CTAs of 22
+  // blocks: 79 200) the bandwidth term bounds it, 91 412: split.
+  const std::vector<std::int32_t> cu16 = {0, 16, 32, 48, 64, 80, 96, 112, 128}, kl16(8, 16384);
+  EXPECT_FALSE(split_union_batch(cu16.data(), kl16.data(), 8, 128, 16384, 4, 64, 128, 16, 8, 1));
+  EXPECT_TRUE(split_union_batch(cu16.data(), kl16.data(), 8, 128, 16384, 4, 64, 128, 16, 8, 4));
+  // Calls the model was fitted on (docs/performance.md step 79), far from its cut: 64 queries on
+  // a 16k prefix (their 8 tiles read its blocks again) planned, 32 split; four requests of 16 on
+  // 64k split, of 64 on 64k planned; at G = 1 (h_kv 64, 32-query tiles) one request of 64 on 64k
+  // planned; at h_kv 1 (h_q 16) one request of 171 on 16k planned (27 000 against 22 689; 0.041
+  // ms planned against 0.049 split in step 79's run), as is one of 512.
   EXPECT_FALSE(one(64, 16384, 4, 64, 128));
   EXPECT_TRUE(one(32, 16384, 4, 64, 128));
   const auto four = [&](std::int32_t q, std::int32_t k_len) {
@@ -499,7 +502,7 @@ TEST(TileRoute, SplitUnionBatchByHand) {
   EXPECT_TRUE(four(16, 65536));
   EXPECT_FALSE(four(64, 65536));
   EXPECT_FALSE(one(64, 65536, 64, 64, 128));
-  EXPECT_TRUE(one(171, 16384, 1, 16, 128));
+  EXPECT_FALSE(one(171, 16384, 1, 16, 128));
   EXPECT_FALSE(one(512, 16384, 1, 16, 128));
   // Nothing to split, or no geometry: false.
   EXPECT_FALSE(split_union_batch(nullptr, nullptr, 1, 0, 4096, 4, 64, 128, 16, 8, 1));

@@ -247,7 +247,7 @@ std::vector<Case> cases() {
         false);
   small("split_wide_g8_topk32_hostile", split,
         spec_of(32, 4, 32, 32, {{20, 12000}, {20, 7000}, {20, 15000}}, Selection::kRandom, 46), false, true, true);
-  small("split_wide_g1_flat", split, spec_of(8, 8, 16, 0, {{40, 6000}, {30, 4000}, {50, 8000}}, Selection::kRandom, 47),
+  small("split_wide_g1_flat", split, spec_of(8, 8, 16, 0, {{20, 6000}, {15, 4000}, {25, 8000}}, Selection::kRandom, 47),
         true, true, false);
   small("split_wide_plan_free_q32", split, spec_of(64, 4, 16, 128, {{32, 1024}}, Selection::kRandom, 48), false, false,
         false);
