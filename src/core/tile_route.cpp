@@ -145,6 +145,7 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
                       int routed_q_per_tile, std::uint64_t max_union) {
   if (batch <= 0 || total_q <= 0 || h_kv <= 0 || group <= 0 || topk <= 0 || q_per_tile <= 0) return false;
   if (routed_q_per_tile <= 0) routed_q_per_tile = q_per_tile;
+  const std::uint64_t fixed = routed_call_cost(group);
   const auto heads = static_cast<std::uint64_t>(h_kv);
   if (routed_q_per_tile != q_per_tile) {
     // Tiles of another size than the routed call's: every tile's union cost (and the largest
@@ -163,10 +164,10 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
                        chosen += tiles * std::min(union_path_cost(unions), block_major_path_cost(edges, group));
                        return true;
                      });
-    const std::uint64_t routed = kRoutedCallCost + heads * chosen;
+    const std::uint64_t routed = fixed + heads * chosen;
     return heads * all <= routed && kUnionSms * union_path_cost(largest) <= routed;
   }
-  const std::uint64_t budget = kRoutedCallCost / heads;  // per KV head
+  const std::uint64_t budget = fixed / heads;  // per KV head
   // Per KV head: the union kernel's cost beyond the per-tile choice, the choice's own cost, and
   // the largest tile's union bound.
   std::uint64_t excess = 0, chosen = 0, largest = 0;
@@ -179,7 +180,7 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
   };
   // The critical path: the largest tile, run by one CTA, within the routed call's time.
   return walk_tile_bounds(cu_seqlens_q, k_len, batch, total_q, max_k_len, topk, q_per_tile, add) &&
-         kUnionSms * union_path_cost(largest) <= kRoutedCallCost + heads * chosen;
+         kUnionSms * union_path_cost(largest) <= fixed + heads * chosen;
 }
 
 namespace {

@@ -90,8 +90,14 @@ MSA_HOST_DEVICE constexpr bool union_path_wins(std::uint64_t union_blocks, std::
 }
 // What a routed call costs beyond its kernels' work, in the same units: the plan's launches,
 // the block-major kernel's and the combine's launches and tails, about 0.1 ms in all at S =
-// 5k-8k (step 31), some 6900 union block steps.
+// 5k-8k (step 31), some 6900 union block steps. At G >= 8 today's planned calls pay about half
+// that (3500 steps, about 50 us): with 6900 the plan-free calls of 128-1024 new tokens on 6k-8k
+// took 20-24% longer than planned (docs/performance.md step 79); at G <= 4 lowering it planned
+// calls of 2048+ queries that the union kernel runs 4-17% faster, so 6900 stays there.
 inline constexpr std::uint64_t kRoutedCallCost = 6900 * kUnionBlockCost * 128;
+MSA_HOST_DEVICE constexpr std::uint64_t routed_call_cost(int group) {
+  return group >= 8 ? 3500 * kUnionBlockCost * 128 : kRoutedCallCost;
+}
 // The costs above are the GPU's time with every SM busy. The union kernel runs one CTA per SM
 // (132 on the H100 and H200 they were fitted on) and a tile's union blocks in series, so a tile
 // takes kUnionSms times its cost in time: with fewer tiles than SMs the largest tile bounds the
@@ -156,7 +162,7 @@ struct TileRoute {
 };
 
 // PrefillPath::kAuto without a device plan: true when every tile on the tile-union kernel is
-// estimated to cost no more than the routed call, its fixed cost (kRoutedCallCost) included;
+// estimated to cost no more than the routed call, its fixed cost (routed_call_cost) included;
 // plan() then builds nothing. The estimate takes each tile's union at its bound (summed over
 // the requests the tile holds: the blocks the tile's last query of that request sees, causal
 // and below k_len, and topk per query) and its edges as MSA's top-k makes them (each query

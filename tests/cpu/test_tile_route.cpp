@@ -145,7 +145,7 @@ TEST(TileRoute, CallHostTwinKeepsOrClearsTheCandidates) {
 
 // union_only_batch by hand at G = 16 (h_kv 4, topk 16, tiles of 8 queries): a tile adds
 // union * 1024 - edges * 320 where that is positive; the call plans once the sum over the
-// tiles, times the 4 heads, passes 6900 * 1024 (kRoutedCallCost).
+// tiles, times the 4 heads, passes 3500 * 1024 (routed_call_cost(16); 6900 * 1024 at G <= 4).
 TEST(TileRoute, UnionOnlyBatchByHand) {
   using msa::union_only_batch;
   const auto one = [](std::int32_t q_len, std::int32_t k_len, int h_kv, int group) {
@@ -154,22 +154,22 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
   };
   // One request of S tokens: a tile of positions sharing v visible blocks has union v and 128
   // edges once v >= 16, so it adds (v - 40) * 1024 past 40 blocks, 16 tiles per block: the sum
-  // is 16 * 1024 * n (n + 1) / 2 for n = S / 128 - 40, 1 720 320 at n = 14 (S = 6912) against
-  // 1 766 400 per head, 1 966 080 at n = 15 (S = 7040).
+  // is 16 * 1024 * n (n + 1) / 2 for n = S / 128 - 40, 737 280 at n = 9 (S = 6272) against
+  // 896 000 per head, 901 120 at n = 10 (S = 6400).
   EXPECT_TRUE(one(4096, 4096, 4, 16));
-  EXPECT_TRUE(one(6912, 6912, 4, 16));
-  EXPECT_FALSE(one(7040, 7040, 4, 16));
+  EXPECT_TRUE(one(6272, 6272, 4, 16));
+  EXPECT_FALSE(one(6400, 6400, 4, 16));
   EXPECT_FALSE(one(32768, 32768, 4, 16));
   // The same request at G = 1 (h_kv 64, tiles of 16 queries, cut 4.6 blocks of 256 edges):
   // planned from the first blocks on.
   EXPECT_FALSE(one(4096, 4096, 64, 1));
   EXPECT_TRUE(one(256, 256, 64, 1));  // 2 blocks at most: union 2 <= 16 queries' edges * 37 / 1024
   // The batch on the device, one request: taken at max_k_len with all total_q queries.
-  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 1, 6912, 6912, 4, 16, 16, 8));
-  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 7040, 7040, 4, 16, 16, 8));
+  EXPECT_TRUE(union_only_batch(nullptr, nullptr, 1, 6272, 6272, 4, 16, 16, 8));
+  EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 6400, 6400, 4, 16, 16, 8));
   // More requests on the device: every tile full, min(B, 8) requests at max_k_len each. Two on
   // 2560 tokens: union 40 over 128 edges adds nothing; on 2688 (21 blocks) 2048 a tile, so 75
-  // tiles (600 queries) fit the budget and 1000 (8000 queries) do not.
+  // tiles (600 queries) fit the budget (437 a head) and 1000 (8000 queries) do not.
   EXPECT_TRUE(union_only_batch(nullptr, nullptr, 2, 100000, 2560, 4, 16, 16, 8));
   EXPECT_TRUE(union_only_batch(nullptr, nullptr, 2, 600, 2688, 4, 16, 16, 8));
   EXPECT_FALSE(union_only_batch(nullptr, nullptr, 2, 8000, 2688, 4, 16, 16, 8));
@@ -178,7 +178,7 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
   // Two host requests share tile 0 (queries 0-4 and 5-7), both at positions 4088-4095 of 4096
   // tokens: union 32 + 32 over 128 edges adds 24 576; tile 1 (5 queries) 32 * 1024 - 80 * 320,
   // within the budget. But only 2 tiles a head: tile 0 alone takes 132 * 64 * 1024 = 8 650 752,
-  // more than the routed call's 6900 * 1024 + 4 * (40 960 + 25 600): planned. 3 blocks of
+  // more than the routed call's 3500 * 1024 + 4 * (40 960 + 25 600): planned. 3 blocks of
   // 4096 tokens (union 2 * 3 and 3) fit.
   const std::vector<std::int32_t> cu2 = {0, 5, 13}, k2 = {4096, 4096};
   EXPECT_FALSE(union_only_batch(cu2.data(), k2.data(), 2, 13, 4096, 4, 16, 16, 8));
@@ -194,7 +194,7 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
   std::vector<std::int32_t> cu8(9), k8(8, 8192);
   for (int i = 0; i <= 8; ++i) cu8[static_cast<std::size_t>(i)] = i;
   EXPECT_FALSE(union_only_batch(cu8.data(), k8.data(), 8, 8, 8192, 4, 16, 16, 8));
-  // The critical path (kUnionSms = 132 times the largest tile's union cost, against 6900 * 1024
+  // The critical path (kUnionSms = 132 times the largest tile's union cost, against 3500 * 1024
   // plus the rule's choice over all tiles): 16 new tokens on a 16k prefix make 2 tiles a head
   // of union 128 (132 * 128 * 1024, routed); one new token, one tile of union 16 (132 * 16 *
   // 1024 = 2 162 688, plan-free); 4 one-token requests on 64k in one tile, union 64 (routed).
@@ -211,8 +211,8 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
 // union_only_batch against its definition, query by query: each tile's union bound (per request
 // in it, the blocks its last query there sees, at most topk per query) and edges (min(topk,
 // visible) per query), what the union kernel costs beyond the rule's choice summed over the
-// tiles and heads, against kRoutedCallCost; and the largest tile's serial time (kUnionSms times
-// its union cost) against the routed call (kRoutedCallCost plus the rule's choice over every tile
+// tiles and heads, against routed_call_cost; and the largest tile's serial time (kUnionSms times
+// its union cost) against the routed call (routed_call_cost plus the rule's choice over every tile
 // and head). Random batches near that budget (64 KV heads make it small), so both answers occur;
 // tiles spanning requests, empty requests, q_len = k_len.
 bool union_only_by_definition(const std::vector<std::int32_t>& cu, const std::vector<std::int32_t>& kl, int h_kv,
@@ -239,8 +239,8 @@ bool union_only_by_definition(const std::vector<std::int32_t>& cu, const std::ve
     largest = std::max(largest, unions);
   }
   const auto heads = static_cast<std::uint64_t>(h_kv);
-  return excess * heads <= msa::kRoutedCallCost &&
-         msa::kUnionSms * msa::union_path_cost(largest) <= msa::kRoutedCallCost + heads * chosen;
+  const std::uint64_t fixed = msa::routed_call_cost(group);
+  return excess * heads <= fixed && msa::kUnionSms * msa::union_path_cost(largest) <= fixed + heads * chosen;
 }
 
 TEST(TileRoute, UnionOnlyBatchMatchesItsDefinition) {
@@ -348,7 +348,7 @@ TEST(TileRoute, TileUnionsFitMatchesItsDefinition) {
 
 // union_only_batch with plan-free tiles larger than the routed ones, against its definition:
 // every large tile's union cost summed, and the largest one's serial time, against the routed
-// call (kRoutedCallCost plus the per-tile rule's choice over the routed tiles); every large
+// call (routed_call_cost plus the per-tile rule's choice over the routed tiles); every large
 // tile's union bound within max_union.
 std::vector<std::pair<std::uint64_t, std::uint64_t>> tile_bounds_by_definition(const std::vector<std::int32_t>& cu,
                                                                                const std::vector<std::int32_t>& kl,
@@ -394,7 +394,7 @@ TEST(TileRoute, WidePlanFreeTilesMatchTheirDefinition) {
     for (const auto& [u, e] : tile_bounds_by_definition(cu, kl, topk, q_routed))
       chosen += std::min(msa::union_path_cost(u), msa::block_major_path_cost(e, group));
     const auto heads = static_cast<std::uint64_t>(h_kv);
-    const std::uint64_t routed = msa::kRoutedCallCost + heads * chosen;
+    const std::uint64_t routed = msa::routed_call_cost(group) + heads * chosen;
     const bool want =
         largest <= max_union && heads * all <= routed && msa::kUnionSms * msa::union_path_cost(largest) <= routed;
     const std::int32_t max_k = *std::max_element(kl.begin(), kl.end());
