@@ -145,7 +145,7 @@ bool union_only_batch(const std::int32_t* cu_seqlens_q, const std::int32_t* k_le
                       int routed_q_per_tile, std::uint64_t max_union) {
   if (batch <= 0 || total_q <= 0 || h_kv <= 0 || group <= 0 || topk <= 0 || q_per_tile <= 0) return false;
   if (routed_q_per_tile <= 0) routed_q_per_tile = q_per_tile;
-  const std::uint64_t fixed = routed_call_cost(group);
+  const std::uint64_t fixed = routed_call_cost(group, batch);
   const auto heads = static_cast<std::uint64_t>(h_kv);
   if (routed_q_per_tile != q_per_tile) {
     // Tiles of another size than the routed call's: every tile's union cost (and the largest

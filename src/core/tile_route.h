@@ -90,13 +90,15 @@ MSA_HOST_DEVICE constexpr bool union_path_wins(std::uint64_t union_blocks, std::
 }
 // What a routed call costs beyond its kernels' work, in the same units: the plan's launches,
 // the block-major kernel's and the combine's launches and tails, about 0.1 ms in all at S =
-// 5k-8k (step 31), some 6900 union block steps. At G >= 8 today's planned calls pay about half
-// that (3500 steps, about 50 us): with 6900 the plan-free calls of 128-1024 new tokens on 6k-8k
-// took 20-24% longer than planned (docs/performance.md step 79); at G <= 4 lowering it planned
-// calls of 2048+ queries that the union kernel runs 4-17% faster, so 6900 stays there.
+// 5k-8k (step 31), some 6900 union block steps. A planned call of one request at G >= 8 pays
+// about half that today (3500 steps, about 50 us): with 6900 its plan-free chunks of 128-4096
+// new tokens on 4k-8k took 5-28% longer than planned (docs/performance.md step 79). 6900 stays
+// at G <= 4, where 3500 planned calls of 2048+ queries that the union kernel runs 4-17% faster,
+// and for several requests, whose calls 3500 sent to the split tiles instead, 25-32% slower (a
+// device batch's tile bounds take min(B, q_per_tile) requests at max_k_len in every tile).
 inline constexpr std::uint64_t kRoutedCallCost = 6900 * kUnionBlockCost * 128;
-MSA_HOST_DEVICE constexpr std::uint64_t routed_call_cost(int group) {
-  return group >= 8 ? 3500 * kUnionBlockCost * 128 : kRoutedCallCost;
+MSA_HOST_DEVICE constexpr std::uint64_t routed_call_cost(int group, std::int64_t batch) {
+  return group >= 8 && batch == 1 ? 3500 * kUnionBlockCost * 128 : kRoutedCallCost;
 }
 // The costs above are the GPU's time with every SM busy. The union kernel runs one CTA per SM
 // (132 on the H100 and H200 they were fitted on) and a tile's union blocks in series, so a tile

@@ -145,7 +145,8 @@ TEST(TileRoute, CallHostTwinKeepsOrClearsTheCandidates) {
 
 // union_only_batch by hand at G = 16 (h_kv 4, topk 16, tiles of 8 queries): a tile adds
 // union * 1024 - edges * 320 where that is positive; the call plans once the sum over the
-// tiles, times the 4 heads, passes 3500 * 1024 (routed_call_cost(16); 6900 * 1024 at G <= 4).
+// tiles, times the 4 heads, passes 3500 * 1024 for one request (routed_call_cost; 6900 * 1024 for
+// several, and at G <= 4).
 TEST(TileRoute, UnionOnlyBatchByHand) {
   using msa::union_only_batch;
   const auto one = [](std::int32_t q_len, std::int32_t k_len, int h_kv, int group) {
@@ -169,7 +170,7 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
   EXPECT_FALSE(union_only_batch(nullptr, nullptr, 1, 6400, 6400, 4, 16, 16, 8));
   // More requests on the device: every tile full, min(B, 8) requests at max_k_len each. Two on
   // 2560 tokens: union 40 over 128 edges adds nothing; on 2688 (21 blocks) 2048 a tile, so 75
-  // tiles (600 queries) fit the budget (437 a head) and 1000 (8000 queries) do not.
+  // tiles (600 queries) fit the budget and 1000 (8000 queries) do not.
   EXPECT_TRUE(union_only_batch(nullptr, nullptr, 2, 100000, 2560, 4, 16, 16, 8));
   EXPECT_TRUE(union_only_batch(nullptr, nullptr, 2, 600, 2688, 4, 16, 16, 8));
   EXPECT_FALSE(union_only_batch(nullptr, nullptr, 2, 8000, 2688, 4, 16, 16, 8));
@@ -178,7 +179,7 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
   // Two host requests share tile 0 (queries 0-4 and 5-7), both at positions 4088-4095 of 4096
   // tokens: union 32 + 32 over 128 edges adds 24 576; tile 1 (5 queries) 32 * 1024 - 80 * 320,
   // within the budget. But only 2 tiles a head: tile 0 alone takes 132 * 64 * 1024 = 8 650 752,
-  // more than the routed call's 3500 * 1024 + 4 * (40 960 + 25 600): planned. 3 blocks of
+  // more than the routed call's 6900 * 1024 + 4 * (40 960 + 25 600): planned. 3 blocks of
   // 4096 tokens (union 2 * 3 and 3) fit.
   const std::vector<std::int32_t> cu2 = {0, 5, 13}, k2 = {4096, 4096};
   EXPECT_FALSE(union_only_batch(cu2.data(), k2.data(), 2, 13, 4096, 4, 16, 16, 8));
@@ -195,9 +196,10 @@ TEST(TileRoute, UnionOnlyBatchByHand) {
   for (int i = 0; i <= 8; ++i) cu8[static_cast<std::size_t>(i)] = i;
   EXPECT_FALSE(union_only_batch(cu8.data(), k8.data(), 8, 8, 8192, 4, 16, 16, 8));
   // The critical path (kUnionSms = 132 times the largest tile's union cost, against 3500 * 1024
-  // plus the rule's choice over all tiles): 16 new tokens on a 16k prefix make 2 tiles a head
-  // of union 128 (132 * 128 * 1024, routed); one new token, one tile of union 16 (132 * 16 *
-  // 1024 = 2 162 688, plan-free); 4 one-token requests on 64k in one tile, union 64 (routed).
+  // for one request, 6900 * 1024 for several, plus the rule's choice over all tiles): 16 new
+  // tokens on a 16k prefix make 2 tiles a head of union 128 (132 * 128 * 1024, routed); one new
+  // token, one tile of union 16 (132 * 16 * 1024 = 2 162 688, plan-free); 4 one-token requests
+  // on 64k in one tile, union 64 (routed).
   EXPECT_FALSE(one(16, 16384, 4, 16));
   EXPECT_TRUE(one(1, 16384, 4, 16));
   const std::vector<std::int32_t> cu4 = {0, 1, 2, 3, 4}, k4(4, 65536);
@@ -239,7 +241,7 @@ bool union_only_by_definition(const std::vector<std::int32_t>& cu, const std::ve
     largest = std::max(largest, unions);
   }
   const auto heads = static_cast<std::uint64_t>(h_kv);
-  const std::uint64_t fixed = msa::routed_call_cost(group);
+  const std::uint64_t fixed = msa::routed_call_cost(group, static_cast<std::int64_t>(cu.size()) - 1);
   return excess * heads <= fixed && msa::kUnionSms * msa::union_path_cost(largest) <= fixed + heads * chosen;
 }
 
@@ -394,7 +396,7 @@ TEST(TileRoute, WidePlanFreeTilesMatchTheirDefinition) {
     for (const auto& [u, e] : tile_bounds_by_definition(cu, kl, topk, q_routed))
       chosen += std::min(msa::union_path_cost(u), msa::block_major_path_cost(e, group));
     const auto heads = static_cast<std::uint64_t>(h_kv);
-    const std::uint64_t routed = msa::routed_call_cost(group) + heads * chosen;
+    const std::uint64_t routed = msa::routed_call_cost(group, batch) + heads * chosen;
     const bool want =
         largest <= max_union && heads * all <= routed && msa::kUnionSms * msa::union_path_cost(largest) <= routed;
     const std::int32_t max_k = *std::max_element(kl.begin(), kl.end());
