@@ -34,7 +34,7 @@ enum class PrefillPath : std::uint8_t {
   // The plan (plan_snapshot()) then leaves the union tiles' rows out: no edge, split count 1.
   // Where the model, given the batch alone (each tile's union at its bound), finds every tile
   // cheaper on the tile-union kernel than the routed call with its fixed cost, its largest
-  // tile included (short contexts: one request up to 6912 tokens at G = 16, K = 16; not small
+  // tile included (short contexts: one request up to 6272 tokens at G = 16, K = 16; not small
   // chunks on long prefixes, whose few tiles each hold a large union), every tile goes there as
   // with kTileUnion, and plan() launches nothing.
   kAuto,
