@@ -91,8 +91,8 @@ MSA_HOST_DEVICE constexpr bool union_path_wins(std::uint64_t union_blocks, std::
 // What a routed call costs beyond its kernels' work, in the same units: the plan's launches,
 // the block-major kernel's and the combine's launches and tails, about 0.1 ms in all at S =
 // 5k-8k (step 31), some 6900 union block steps. A planned call of one request at G >= 8 pays
-// about half that today (3500 steps, about 50 us): with 6900 its plan-free chunks of 128-4096
-// new tokens on 4k-8k took 5-28% longer than planned (docs/performance.md step 79). 6900 stays
+// about half that today (3500 steps, about 50 us): with 6900 the chunks of 128-4096 new tokens
+// on 8k it kept from a plan ran 6-40% longer than planned (docs/performance.md step 79). 6900 stays
 // at G <= 4, where 3500 planned calls of 2048+ queries that the union kernel runs 4-17% faster,
 // and for several requests, whose calls 3500 sent to the split tiles instead, 25-32% slower (a
 // device batch's tile bounds take min(B, q_per_tile) requests at max_k_len in every tile).
