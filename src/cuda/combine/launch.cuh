@@ -15,6 +15,9 @@
 
 namespace msa::cuda {
 
+// The routed combine's grid: about this many CTAs per SM where the listed pairs are many (below).
+inline constexpr std::int64_t kListedCtasPerSm = 32;
+
 template <DType kDtype, int kHeadDim>
 void launch_combine(const CombineParams& p, int sm_count, cudaStream_t stream, bool programmatic) {
   if (p.total_q == 0) return;  // nothing to merge (an empty out need not be aligned: check_layout)
@@ -32,9 +35,11 @@ void launch_combine(const CombineParams& p, int sm_count, cudaStream_t stream, b
   // Every row: a CTA per kRowsPerCta rows. Listed pairs: pair_ctas CTAs per pair that could be
   // listed; those past the count leave at once (a persistent grid balanced the rows' unequal
   // slot counts worse: docs/performance.md, step 45). A pair's rounds of kRowsPerCta rows are
-  // serial in one CTA, so where pairs are few (a small chunk: 32 pairs of 8 rounds for 64 new
-  // tokens at G = 16) they are spread over up to one CTA per round, until the grid has about
-  // sixteen CTAs per SM (four were 2-4 us slower at 171 new tokens: step 62).
+  // serial in one CTA, so they are spread over up to one CTA per round until the grid has about
+  // kListedCtasPerSm CTAs per SM: four were 2-4 us slower than sixteen at 171 new tokens (step
+  // 62); 32 took 5-28 us off random and clustered S = 8k calls that route 64-97% of their tiles
+  // against sixteen, and cost 6-7 us where every tile is routed and every CTA leaves at once
+  // (tile-shared S = 8k; 64 cost 9-12 there: step 80).
   CombineParams q = p;
   std::int64_t ctas = (p.total_q * p.h_q + kRowsPerCta - 1) / kRowsPerCta;
   if (p.tile_list != nullptr) {
@@ -42,7 +47,8 @@ void launch_combine(const CombineParams& p, int sm_count, cudaStream_t stream, b
     const std::int64_t rounds = (std::int64_t(p.q_per_tile) * p.group + kRowsPerCta - 1) / kRowsPerCta;
     if (q.pair_ctas == 0) {
       MSA_ASSERT(sm_count >= 1);
-      q.pair_ctas = static_cast<int>(std::min(rounds, std::max<std::int64_t>(1, (16 * sm_count + pairs - 1) / pairs)));
+      q.pair_ctas = static_cast<int>(
+          std::min(rounds, std::max<std::int64_t>(1, (kListedCtasPerSm * sm_count + pairs - 1) / pairs)));
     }
     q.pair_ctas = static_cast<int>(std::min<std::int64_t>(q.pair_ctas, std::max<std::int64_t>(1, INT_MAX / pairs)));
     ctas = pairs * q.pair_ctas;

@@ -21,7 +21,7 @@ namespace msa::cuda {
 // reproducible. With `programmatic`, launched with programmatic stream serialisation: it may
 // start while the previous kernel on the stream finishes and waits for it before reading
 // anything. sm_count is the current device's SM count (the operator's cached one): with
-// p.tile_list and p.pair_ctas 0 the launch spreads the listed pairs' rows over about 16 CTAs
+// p.tile_list and p.pair_ctas 0 the launch spreads the listed pairs' rows over about 32 CTAs
 // per SM; elsewhere it is not read (0 will do). The operator layer has validated p (alignment,
 // strides, topk); this only asserts.
 template <DType kDtype, int kHeadDim>
