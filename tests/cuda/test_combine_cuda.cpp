@@ -129,7 +129,7 @@ struct ListedPairs {
 };
 
 void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, GpuResult& r,
-             const ListedPairs* listed = nullptr) {
+             const ListedPairs* listed = nullptr, msa::cuda::CombineKernel kernel = msa::cuda::CombineKernel::kAuto) {
   const int row_elems = c.d + c.out_head_pad;
   const std::size_t out_elems = static_cast<std::size_t>(c.total_q) * c.h_q * row_elems;
   DeviceBuffer o(in.o_partial.bytes()), l(in.lse_partial.bytes()), n(in.split_counts.bytes()),
@@ -159,6 +159,7 @@ void run_gpu(const CombineCase& c, const CombineInputs& in, bool programmatic, G
   p.topk = c.topk;
   p.uniform_count = 1;
   p.out_fp16 = c.fp16_out;
+  p.kernel = kernel;
   DeviceBuffer d_list(listed != nullptr ? listed->list.size() * 4 : 0), d_count(4);
   if (listed != nullptr) {
     ASSERT_TRUE(d_list.get() && d_count.get());
@@ -310,6 +311,46 @@ TEST_P(CombineCuda, ListedPairsOnly) {
       if (variant != 1) {
         EXPECT_LT(merged, c.total_q * c.h_q);
       }
+    }
+  }
+}
+
+// The two kernels (registers, bulk copies into shared memory) give the same bits, every row and
+// listed pairs alike (the bulk kernel where it applies: any every-row launch; listed pairs whose
+// group is whole units of its rows).
+TEST_P(CombineCuda, BulkAndLoadsKernelsAgreeBitwise) {
+  MSA_SKIP_WITHOUT_GPU();
+  const CombineCase& c = GetParam();
+  const CombineInputs in = make_inputs(c);
+  using msa::cuda::CombineKernel;
+  GpuResult loads, bulk;
+  run_gpu(c, in, /*programmatic=*/true, loads, nullptr, CombineKernel::kLoads);
+  run_gpu(c, in, /*programmatic=*/false, bulk, nullptr, CombineKernel::kBulk);
+  ASSERT_EQ(loads.out.size(), bulk.out.size());
+  EXPECT_EQ(std::memcmp(loads.out.data(), bulk.out.data(), loads.out.size() * 2), 0) << "out";
+  EXPECT_EQ(std::memcmp(loads.lse.data(), bulk.lse.data(), loads.lse.size() * 4), 0) << "lse";
+  const int group = c.h_q / c.h_kv;
+  const int unit_rows = msa::cuda::kCombineBulkThreads / (c.d / 8);
+  if (group % unit_rows != 0) GTEST_SKIP() << "listed pairs of G = " << group << " take the loads kernel";
+  std::mt19937_64 rng(c.seed * 31 + 1);
+  for (const int q_per_tile : {1, 5, 8}) {
+    if (q_per_tile * group > 128) continue;
+    const std::int64_t pairs = c.h_kv * ((c.total_q + q_per_tile - 1) / q_per_tile);
+    for (const int pair_ctas : {0, 1, 3, 40}) {
+      SCOPED_TRACE("q_per_tile " + std::to_string(q_per_tile) + " pair_ctas " + std::to_string(pair_ctas));
+      ListedPairs lp;
+      lp.q_per_tile = q_per_tile;
+      lp.pair_ctas = pair_ctas;
+      for (std::int64_t t = 0; t < pairs; ++t)
+        if (rng() % 3 != 0) lp.list.push_back(static_cast<std::int32_t>(t));
+      std::shuffle(lp.list.begin(), lp.list.end(), rng);
+      lp.count = static_cast<std::int32_t>(lp.list.size());
+      while (static_cast<std::int64_t>(lp.list.size()) < pairs) lp.list.push_back(-1);
+      GpuResult a, b;
+      run_gpu(c, in, /*programmatic=*/true, a, &lp, CombineKernel::kLoads);
+      run_gpu(c, in, /*programmatic=*/true, b, &lp, CombineKernel::kBulk);
+      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0) << "out";
+      EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4), 0) << "lse";
     }
   }
 }

@@ -7,7 +7,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstdint>
+
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/combine/params.h"
 #include "cuda/common/ptx.cuh"
@@ -197,6 +200,184 @@ __global__ void __launch_bounds__(kThreads, 3) combine_kernel(const CombineParam
     const int lq = r / p.group;
     if (lq >= p.total_q - q0) return;  // rows go up with r
     merge_row<kDtype, kD>(p, std::int64_t(q0) + lq, kv_head * p.group + r % p.group, sub, group_mask);
+  }
+}
+
+// The bulk combine (docs/performance.md, step 80). The loads kernel above keeps at most
+// kSlotsInFlight partials of a row in flight and waits for two round trips per row, which left
+// a random block-major call's combine at 73-75% of the DRAM bandwidth (H200, 2048 new tokens).
+// Here a CTA of kBulkThreads merges a unit of BulkShape::kRows rows that lie next to each other
+// in o_partial (rows row0 .. row0 + kRows - 1 of one slot are one span of kRows * d * 2 bytes):
+// one thread copies the span of every slot a row may hold (topk with split counts, without
+// waiting for them) into shared memory with cp.async.bulk (evict-first in L2, one mbarrier),
+// while each lane loads its row's LSEs, and the merge then reads the partials from shared
+// memory in the loads kernel's order: both kernels give the same bits. It pays from about 2048
+// queries of 64 heads on (kCombineBulkMinRows); at 300-512 it measured 2-4 us longer.
+inline constexpr int kBulkThreads = kCombineBulkThreads;
+inline constexpr int kBulkDataOffset = 128;  // shared memory: the mbarrier, then the slots' spans
+
+template <int kD>
+struct BulkShape {
+  static constexpr int kLanes = kD / 8;                 // lanes per row, 16 bytes each
+  static constexpr int kRows = kBulkThreads / kLanes;   // rows of a unit
+  static constexpr int kRowBytes = kD * 2;              // 16-bit partials
+  static constexpr int kSpanBytes = kRows * kRowBytes;  // a slot's span of a full unit
+};
+
+// Dynamic shared memory of a bulk CTA for up to `topk` slots.
+__host__ __device__ constexpr std::size_t bulk_smem_bytes(int topk, int d) {
+  return kBulkDataOffset + static_cast<std::size_t>(topk) * (kBulkThreads / (d / 8)) * d * 2;
+}
+
+__device__ __forceinline__ std::uint32_t smem_u32(const void* ptr) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// The row's count of valid slots (clamped to 0..topk), as merge_row reads it.
+__device__ __forceinline__ int row_count(const CombineParams& p, std::int64_t row) {
+  if (p.split_counts == nullptr) return p.uniform_count;
+  const std::int64_t q = row / p.h_q;
+  const int h = static_cast<int>(row - q * p.h_q);
+  return min(max(p.split_counts[q * (p.h_q / p.group) + h / p.group], 0), p.topk);
+}
+
+// Merges the unit of n_rows (1..kRows) rows from row0 on; every thread of the CTA calls it, and
+// the unit's use of the CTA's mbarrier has parity `phase`. Thread t merges row row0 + t / kLanes
+// with the lanes of its group.
+template <DType kDtype, int kD>
+__device__ __forceinline__ void merge_unit(const CombineParams& p, std::int64_t row0, int n_rows, std::uint64_t* bar,
+                                           std::uint8_t* data, std::uint32_t phase) {
+  using Shape = BulkShape<kD>;
+  constexpr int kLanes = Shape::kLanes;
+  constexpr int kRegs = Lanes<kD>::kRegs;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
+  const int sub = lane & (kLanes - 1);
+  const int r = tid / kLanes;
+  const unsigned group_mask = kLanes == 32 ? kFullMask : ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
+  const std::int64_t rows = p.total_q * p.h_q;
+  const std::uint32_t span = static_cast<std::uint32_t>(n_rows) * Shape::kRowBytes;
+
+  // One thread: every slot a row may hold (topk with split counts: the spans go out without
+  // waiting for the counts; the slots past a row's count are never read), then the spans.
+  if (tid == 0) {
+    const int n_max = p.split_counts == nullptr ? p.uniform_count : p.topk;
+    if (n_max > 0) {
+      std::uint64_t policy;
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, static_cast<std::uint32_t>(n_max) * span);
+      const auto* src = static_cast<const std::uint8_t*>(p.o_partial);
+      for (int s = 0; s < n_max; ++s)
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+            "%4;\n" ::"r"(smem_u32(data + s * Shape::kSpanBytes)),
+            "l"(src + (s * rows + row0) * Shape::kRowBytes), "r"(span), "r"(smem_u32(bar)), "l"(policy)
+            : "memory");
+    } else {
+      cutlass::arch::ClusterTransactionBarrier::arrive(bar);
+    }
+  }
+  if (r >= n_rows) {  // past a short last unit: only the barrier's phase
+    cutlass::arch::ClusterTransactionBarrier::wait(bar, phase);
+    return;
+  }
+  const std::int64_t row = row0 + r;
+  const std::int64_t q = row / p.h_q;
+  const int h = static_cast<int>(row - q * p.h_q);
+  const int n = row_count(p, row);
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const float sink_in = p.sinks != nullptr ? p.sinks[h] : neg_inf;
+  const bool has_sink = isfinite(sink_in);
+  const float sink = has_sink ? sink_in : neg_inf;
+  float lse_s[kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) {
+    const int s = sub + i * kLanes;
+    lse_s[i] = s < n ? __ldcs(p.lse_partial + s * rows + row) : neg_inf;
+  }
+
+  // From here as merge_row: m, the weights, Z in ascending s, then the slots in ascending s.
+  float m = sink;
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) m = fmaxf(m, lse_s[i]);
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(group_mask, m, offset, kLanes));
+
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  float lse_out = neg_inf;
+  cutlass::arch::ClusterTransactionBarrier::wait(bar, phase);
+  if (isfinite(m)) {
+    float w[kRegs];
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) w[i] = expf(lse_s[i] - m);  // -inf slots give 0
+    float z = has_sink ? expf(sink - m) : 0.f;
+    for (int s = 0; s < n; ++s) z += __shfl_sync(group_mask, pick(w, s / kLanes), s & (kLanes - 1), kLanes);
+    if (z > 0.f && isfinite(z)) {
+      lse_out = m + logf(z);
+      float c[kRegs];
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) c[i] = w[i] / z;
+      const std::uint8_t* mine = data + r * Shape::kRowBytes + sub * 16;
+      for (int s = 0; s < n; ++s) {
+        const float cs = __shfl_sync(group_mask, pick(c, s / kLanes), s & (kLanes - 1), kLanes);
+        if (cs != 0.f) accumulate_x8<kDtype>(acc, *reinterpret_cast<const uint4*>(mine + s * Shape::kSpanBytes), cs);
+      }
+    }
+  }
+
+  uint4 packed;
+  packed.x = pack2(acc[0], acc[1], p.out_fp16);
+  packed.y = pack2(acc[2], acc[3], p.out_fp16);
+  packed.z = pack2(acc[4], acc[5], p.out_fp16);
+  packed.w = pack2(acc[6], acc[7], p.out_fp16);
+  auto* g_out = static_cast<std::uint16_t*>(p.out) + q * p.stride_out_token + h * p.stride_out_head + sub * 8;
+  *reinterpret_cast<uint4*>(g_out) = packed;
+  if (p.lse != nullptr && sub == 0) p.lse[row] = lse_out;
+}
+
+// Every row: CTA i merges unit i (rows i * kRows on). Listed pairs: CTAs i * pair_ctas + j take
+// the pair at position i of the list (past the count they leave at once), CTA j its units j,
+// j + pair_ctas, ... of the pair's q_per_tile * group / kRows (a unit: kRows of one query's
+// group of heads; combine_bulk_applies asks kRows to divide the group).
+template <DType kDtype, int kD>
+__global__ void __launch_bounds__(kBulkThreads) combine_bulk_kernel(const CombineParams p) {
+  using Shape = BulkShape<kD>;
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  auto* bar = reinterpret_cast<std::uint64_t*>(smem);
+  std::uint8_t* data = smem + kBulkDataOffset;
+  if (threadIdx.x == 0) {
+    cutlass::arch::ClusterTransactionBarrier::init(bar, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  // Partials come from the previous kernel on the stream (programmatic dependent launch).
+  wait_for_previous_grid();
+  const std::int64_t rows = p.total_q * p.h_q;
+  if (p.tile_list == nullptr) {
+    const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * Shape::kRows;
+    if (row0 >= rows) return;
+    merge_unit<kDtype, kD>(p, row0, static_cast<int>(rows - row0 < Shape::kRows ? rows - row0 : Shape::kRows), bar,
+                           data, 0);
+    return;
+  }
+  const int pairs = (p.h_q / p.group) * static_cast<int>(p.tiles_per_head);
+  const int i = static_cast<int>(blockIdx.x) / p.pair_ctas;
+  const int j = static_cast<int>(blockIdx.x) - i * p.pair_ctas;
+  if (i >= min(*p.tile_count, pairs)) return;
+  const int pair = p.tile_list[i];
+  if (pair < 0 || pair >= pairs) return;
+  const int kv_head = pair / static_cast<int>(p.tiles_per_head);
+  const int q0 = (pair - kv_head * static_cast<int>(p.tiles_per_head)) * p.q_per_tile;  // < total_q
+  const int parts = p.group / Shape::kRows;                                             // units of a query's heads
+  std::uint32_t phase = 0;
+#pragma unroll 1
+  for (int u = j; u < p.q_per_tile * parts; u += p.pair_ctas) {
+    const int lq = u / parts;
+    if (lq >= p.total_q - q0) return;  // units go up with u
+    const std::int64_t row0 = (std::int64_t(q0) + lq) * p.h_q + kv_head * p.group + (u - lq * parts) * Shape::kRows;
+    merge_unit<kDtype, kD>(p, row0, Shape::kRows, bar, data, phase);
+    phase ^= 1u;
+    __syncthreads();  // every lane has read the spans before the next unit's copies land
   }
 }
 

@@ -40,6 +40,14 @@ inline bool combine_params_ok(const CombineParams& p) {
            std::int64_t(p.h_q / p.group) * p.tiles_per_head <= INT32_MAX / 2));
 }
 
+// Whether the bulk kernel (CombineKernel::kBulk) can merge p at head dim d: every row at once,
+// or listed pairs whose group is whole units of kCombineBulkThreads / (d / 8) rows (d = 128:
+// G = 8 or 16).
+inline bool combine_bulk_applies(const CombineParams& p, int d) {
+  const int unit_rows = kCombineBulkThreads / (d / 8);
+  return p.tile_list == nullptr || p.group % unit_rows == 0;
+}
+
 // CombineParams' stride of out's dimension `dim` (0: token, 1: head): 0 where the dimension has
 // at most one index, whose stride the layout rules leave free (check_layout) and the combine
 // only multiplies by 0 (or never uses); the tensor's own stride, a multiple of 8 elements,

@@ -5,6 +5,10 @@
 
 namespace msa::cuda {
 
+enum class CombineKernel : int { kAuto = 0, kLoads = 1, kBulk = 2 };
+inline constexpr int kCombineBulkThreads = 128;             // a bulk CTA's threads (16 bytes of a row each)
+inline constexpr std::int64_t kCombineBulkMinRows = 65536;  // CombineKernel::kAuto: bulk from here
+
 struct CombineParams {
   const void* o_partial;             // [topk, total_q, h_q, d] in the instance's dtype (bf16 |
                                      // fp16), contiguous, 16-byte aligned
@@ -36,6 +40,11 @@ struct CombineParams {
   // are many). The result does not depend on it.
   int pair_ctas;
   bool out_fp16;  // out is fp16 (else bf16)
+  // Which kernel merges (the result is the same, bit for bit): the launch's pick (the bulk one
+  // from kCombineBulkMinRows rows where it applies), the kernel that loads each row's slots
+  // into registers, or the one that copies a unit's rows of each slot into shared memory with
+  // bulk copies (where combine_bulk_applies; else the loads kernel).
+  CombineKernel kernel;
 };
 
 }  // namespace msa::cuda
