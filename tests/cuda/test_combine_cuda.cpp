@@ -331,7 +331,7 @@ TEST_P(CombineCuda, BulkAndLoadsKernelsAgreeBitwise) {
   EXPECT_EQ(std::memcmp(loads.lse.data(), bulk.lse.data(), loads.lse.size() * 4), 0) << "lse";
   const int group = c.h_q / c.h_kv;
   const int unit_rows = msa::cuda::kCombineBulkThreads / (c.d / 8);
-  if (group % unit_rows != 0) GTEST_SKIP() << "listed pairs of G = " << group << " take the loads kernel";
+  if (group % unit_rows != 0) return;  // listed pairs of this group take the loads kernel only
   std::mt19937_64 rng(c.seed * 31 + 1);
   for (const int q_per_tile : {1, 5, 8}) {
     if (q_per_tile * group > 128) continue;
