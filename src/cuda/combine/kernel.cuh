@@ -60,6 +60,19 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi, bool fp16) {
   return *reinterpret_cast<const unsigned*>(&h);
 }
 
+// Writes a merged row's 8 channels of this lane (sub) to out, and its LSE (lane 0 of the group).
+__device__ __forceinline__ void store_row(const CombineParams& p, std::int64_t q, int h, std::int64_t row, int sub,
+                                          const float (&acc)[8], float lse_out) {
+  uint4 packed;
+  packed.x = pack2(acc[0], acc[1], p.out_fp16);
+  packed.y = pack2(acc[2], acc[3], p.out_fp16);
+  packed.z = pack2(acc[4], acc[5], p.out_fp16);
+  packed.w = pack2(acc[6], acc[7], p.out_fp16);
+  auto* g_out = static_cast<std::uint16_t*>(p.out) + q * p.stride_out_token + h * p.stride_out_head + sub * 8;
+  *reinterpret_cast<uint4*>(g_out) = packed;
+  if (p.lse != nullptr && sub == 0) p.lse[row] = lse_out;
+}
+
 template <int kD>
 struct Lanes {
   static constexpr int kPerRow = kD / 8;      // lanes per row
@@ -152,14 +165,7 @@ __device__ __forceinline__ void merge_row(const CombineParams& p, std::int64_t q
     }
   }
 
-  uint4 packed;
-  packed.x = pack2(acc[0], acc[1], p.out_fp16);
-  packed.y = pack2(acc[2], acc[3], p.out_fp16);
-  packed.z = pack2(acc[4], acc[5], p.out_fp16);
-  packed.w = pack2(acc[6], acc[7], p.out_fp16);
-  auto* g_out = static_cast<std::uint16_t*>(p.out) + q * p.stride_out_token + h * p.stride_out_head + sub * 8;
-  *reinterpret_cast<uint4*>(g_out) = packed;
-  if (p.lse != nullptr && sub == 0) p.lse[row] = lse_out;
+  store_row(p, q, h, row, sub, acc, lse_out);
 }
 
 // Three CTAs per SM (80 registers): without the bound ptxas takes 97-115 and fits two.
@@ -325,14 +331,7 @@ __device__ __forceinline__ void merge_unit(const CombineParams& p, std::int64_t 
     }
   }
 
-  uint4 packed;
-  packed.x = pack2(acc[0], acc[1], p.out_fp16);
-  packed.y = pack2(acc[2], acc[3], p.out_fp16);
-  packed.z = pack2(acc[4], acc[5], p.out_fp16);
-  packed.w = pack2(acc[6], acc[7], p.out_fp16);
-  auto* g_out = static_cast<std::uint16_t*>(p.out) + q * p.stride_out_token + h * p.stride_out_head + sub * 8;
-  *reinterpret_cast<uint4*>(g_out) = packed;
-  if (p.lse != nullptr && sub == 0) p.lse[row] = lse_out;
+  store_row(p, q, h, row, sub, acc, lse_out);
 }
 
 // Every row: CTA i merges unit i (rows i * kRows on). Listed pairs: CTAs i * pair_ctas + j take
