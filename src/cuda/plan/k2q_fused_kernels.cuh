@@ -250,6 +250,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   int* s_hist = s_count + static_cast<std::int64_t>(warp) * p.max_blocks;
   const bool call = route_on && route.call_slots != nullptr;
   RouteSums mine;
+  bool all_routed = false;  // the call routes every tile: no row has an edge
   // Pass 0 routes and counts, and ends at the phase's barrier. Decided for the call, each CTA
   // has written its candidates' sums by then; where the call has candidates but does not route
   // them, pass 1 clears each CTA's own tasks' flags and counts those units again, behind a
@@ -260,8 +261,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     if (pass == 1) {
       if (!call) break;
       const RouteSums all = route_call_total(route, ctas);
-      if (all.tiles == 0 || route_call_pays(all.tiles, all.unions, all.edges, route.group)) break;
       const std::int64_t tiles = tiles_per_head(p.total_q, route.q_per_tile);
+      if (all.tiles == 0) break;
+      if (route_call_pays(all.tiles, all.unions, all.edges, route.group)) {
+        all_routed = all.tiles == static_cast<unsigned long long>(p.h_kv * tiles);
+        break;
+      }
       for (int t = cta; t < p.h_kv * units; t += ctas) {
         const int h = t / units, u = t - h * units;
         const FusedUnitQueries uq = fused_unit_queries(p, s_unit_start, s_begin, s_end, u);
@@ -297,6 +302,29 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
     if (call && pass == 0) route_call_slot_write(route, cta, mine);
     cg::this_grid().sync();
+  }
+
+  // Every tile routed: every count was 0, so phases 2-4 would leave row_ptr 0 through max_rows,
+  // every qsplit word unused and no work item. Write that plan, list the tiles, and end.
+  if (all_routed) {
+    const std::int64_t row_words = static_cast<std::int64_t>(p.h_kv) * stride;
+    const std::int64_t split_words = static_cast<std::int64_t>(p.h_kv) * p.edges_per_head;
+    for (std::int64_t i = static_cast<std::int64_t>(cta) * kFusedThreads + tid; i < row_words + split_words;
+         i += static_cast<std::int64_t>(ctas) * kFusedThreads) {
+      if (i < row_words)
+        p.row_ptr[i] = 0;
+      else
+        p.qsplit[i - row_words] = qsplit::kUnused;
+    }
+    if (cta == 0 && tid == 0) {
+      *p.total_rows = total_rows;
+      *p.work_count = 0;
+    }
+    if (cta == ctas - 1)
+      compact_route_list<kFusedThreads, 8, true>(
+          route.union_tile, static_cast<int>(tiles_per_head(p.total_q, route.q_per_tile)), p.h_kv, p.union_list,
+          p.union_count, p.combine_list, p.combine_count, scan_tmp.single);
+    return;
   }
 
   // 2. Per row: the exclusive prefix of its counts along its request's units, and its (edges,
