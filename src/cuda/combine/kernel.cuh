@@ -73,6 +73,50 @@ __device__ __forceinline__ void store_row(const CombineParams& p, std::int64_t q
   if (p.lse != nullptr && sub == 0) p.lse[row] = lse_out;
 }
 
+// The sink of head h: a sink that is not finite is ignored (docs/numerics.md), as on the CPU.
+struct RowSink {
+  float value;  // -inf when absent
+  bool present;
+};
+__device__ __forceinline__ RowSink row_sink(const CombineParams& p, int h) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const float in = p.sinks != nullptr ? p.sinks[h] : neg_inf;
+  const bool present = isfinite(in);
+  return RowSink{present ? in : neg_inf, present};
+}
+
+// m = max(lse_s, sink) over the row's kLanes lanes: exact, so the butterfly order does not
+// matter; NaN LSEs are skipped by fmaxf and poison Z in row_weights instead.
+template <int kLanes, int kRegs>
+__device__ __forceinline__ float row_max(const float (&lse_s)[kRegs], RowSink sink, unsigned group_mask) {
+  float m = sink.value;
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) m = fmaxf(m, lse_s[i]);
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(group_mask, m, offset, kLanes));
+  return m;
+}
+
+// The merge's coefficients c (slot sub + i * kLanes in c[i]) and the row's LSE, from the row's
+// max m and its n slots: Z sums the sink term first, then the slots in ascending order (the CPU
+// reference's order). False where the row has no mass (m or Z not finite, or Z = 0): the row
+// is then 0 with LSE -inf, and c is not set.
+template <int kLanes, int kRegs>
+__device__ __forceinline__ bool row_weights(const float (&lse_s)[kRegs], float m, RowSink sink, int n,
+                                            unsigned group_mask, float (&c)[kRegs], float& lse_out) {
+  if (!isfinite(m)) return false;
+  float w[kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) w[i] = expf(lse_s[i] - m);  // -inf slots give 0
+  float z = sink.present ? expf(sink.value - m) : 0.f;
+  for (int s = 0; s < n; ++s) z += __shfl_sync(group_mask, pick(w, s / kLanes), s & (kLanes - 1), kLanes);
+  if (!(z > 0.f && isfinite(z))) return false;
+  lse_out = m + logf(z);
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) c[i] = w[i] / z;
+  return true;
+}
+
 template <int kD>
 struct Lanes {
   static constexpr int kPerRow = kD / 8;      // lanes per row
@@ -96,10 +140,7 @@ __device__ __forceinline__ void merge_row(const CombineParams& p, std::int64_t q
   const int n_read = p.split_counts == nullptr ? p.uniform_count : p.split_counts[q * h_kv + h / p.group];
   const int n_first = p.split_counts == nullptr ? p.uniform_count : p.topk;  // slots the first loads take
   const float neg_inf = -__int_as_float(0x7f800000);
-  // A sink that is not finite is ignored (docs/numerics.md), as on the CPU.
-  const float sink_in = p.sinks != nullptr ? p.sinks[h] : neg_inf;
-  const bool has_sink = isfinite(sink_in);
-  const float sink = has_sink ? sink_in : neg_inf;
+  const RowSink sink = row_sink(p, h);
 
   // The slots' LSEs and the first kSlotsInFlight partials are loaded together (the partials do
   // not depend on the weights), so a merge of up to kSlotsInFlight slots waits for one memory
@@ -127,41 +168,23 @@ __device__ __forceinline__ void merge_row(const CombineParams& p, std::int64_t q
   for (int i = 0; i < kRegs; ++i)
     if (sub + i * kLanes >= n) lse_s[i] = neg_inf;  // past the count: no weight, never summed
 
-  // m = max(lse_s, sink): exact, so the butterfly order does not matter; NaN LSEs are skipped
-  // by fmaxf and poison Z below instead.
-  float m = sink;
-#pragma unroll
-  for (int i = 0; i < kRegs; ++i) m = fmaxf(m, lse_s[i]);
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(group_mask, m, offset, kLanes));
-
+  const float m = row_max<kLanes>(lse_s, sink, group_mask);
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   float lse_out = neg_inf;
-  if (isfinite(m)) {
-    float w[kRegs];
+  float c[kRegs];
+  if (row_weights<kLanes>(lse_s, m, sink, n, group_mask, c, lse_out)) {
+    for (int s0 = 0; s0 < n; s0 += kSlotsInFlight) {
+      if (s0 > 0) load_slots(s0, n);
+      float cs[kSlotsInFlight];
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) w[i] = expf(lse_s[i] - m);  // -inf slots give 0
-    // The sink term first, then the slots in ascending order (the CPU reference's order).
-    float z = has_sink ? expf(sink - m) : 0.f;
-    for (int s = 0; s < n; ++s) z += __shfl_sync(group_mask, pick(w, s / kLanes), s & (kLanes - 1), kLanes);
-    if (z > 0.f && isfinite(z)) {
-      lse_out = m + logf(z);
-      float c[kRegs];
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i) c[i] = w[i] / z;
-      for (int s0 = 0; s0 < n; s0 += kSlotsInFlight) {
-        if (s0 > 0) load_slots(s0, n);
-        float cs[kSlotsInFlight];
-#pragma unroll
-        for (int k = 0; k < kSlotsInFlight; ++k) {
-          const int s = s0 + k;
-          cs[k] = __shfl_sync(group_mask, pick(c, s / kLanes), s & (kLanes - 1), kLanes);
-        }
-        // A slot with no mass is skipped: whatever its partial holds stays out of the sum.
-#pragma unroll
-        for (int k = 0; k < kSlotsInFlight; ++k)
-          if (cs[k] != 0.f) accumulate_x8<kDtype>(acc, v[k], cs[k]);
+      for (int k = 0; k < kSlotsInFlight; ++k) {
+        const int s = s0 + k;
+        cs[k] = __shfl_sync(group_mask, pick(c, s / kLanes), s & (kLanes - 1), kLanes);
       }
+      // A slot with no mass is skipped: whatever its partial holds stays out of the sum.
+#pragma unroll
+      for (int k = 0; k < kSlotsInFlight; ++k)
+        if (cs[k] != 0.f) accumulate_x8<kDtype>(acc, v[k], cs[k]);
     }
   }
 
@@ -292,9 +315,7 @@ __device__ __forceinline__ void merge_unit(const CombineParams& p, std::int64_t 
   const int h = static_cast<int>(row - q * p.h_q);
   const int n = row_count(p, row);
   const float neg_inf = -__int_as_float(0x7f800000);
-  const float sink_in = p.sinks != nullptr ? p.sinks[h] : neg_inf;
-  const bool has_sink = isfinite(sink_in);
-  const float sink = has_sink ? sink_in : neg_inf;
+  const RowSink sink = row_sink(p, h);
   float lse_s[kRegs];
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) {
@@ -303,31 +324,16 @@ __device__ __forceinline__ void merge_unit(const CombineParams& p, std::int64_t 
   }
 
   // From here as merge_row: m, the weights, Z in ascending s, then the slots in ascending s.
-  float m = sink;
-#pragma unroll
-  for (int i = 0; i < kRegs; ++i) m = fmaxf(m, lse_s[i]);
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(group_mask, m, offset, kLanes));
-
+  const float m = row_max<kLanes>(lse_s, sink, group_mask);
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   float lse_out = neg_inf;
+  float c[kRegs];
   cutlass::arch::ClusterTransactionBarrier::wait(bar, phase);
-  if (isfinite(m)) {
-    float w[kRegs];
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) w[i] = expf(lse_s[i] - m);  // -inf slots give 0
-    float z = has_sink ? expf(sink - m) : 0.f;
-    for (int s = 0; s < n; ++s) z += __shfl_sync(group_mask, pick(w, s / kLanes), s & (kLanes - 1), kLanes);
-    if (z > 0.f && isfinite(z)) {
-      lse_out = m + logf(z);
-      float c[kRegs];
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i) c[i] = w[i] / z;
-      const std::uint8_t* mine = data + r * Shape::kRowBytes + sub * 16;
-      for (int s = 0; s < n; ++s) {
-        const float cs = __shfl_sync(group_mask, pick(c, s / kLanes), s & (kLanes - 1), kLanes);
-        if (cs != 0.f) accumulate_x8<kDtype>(acc, *reinterpret_cast<const uint4*>(mine + s * Shape::kSpanBytes), cs);
-      }
+  if (row_weights<kLanes>(lse_s, m, sink, n, group_mask, c, lse_out)) {
+    const std::uint8_t* mine = data + r * Shape::kRowBytes + sub * 16;
+    for (int s = 0; s < n; ++s) {
+      const float cs = __shfl_sync(group_mask, pick(c, s / kLanes), s & (kLanes - 1), kLanes);
+      if (cs != 0.f) accumulate_x8<kDtype>(acc, *reinterpret_cast<const uint4*>(mine + s * Shape::kSpanBytes), cs);
     }
   }
 
