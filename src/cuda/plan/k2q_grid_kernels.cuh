@@ -177,7 +177,8 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   // the call (route.call_slots): each CTA's candidates' sums, and after the barrier every CTA
   // takes the same decision; where the call does not route, the counts read no flag and the
   // last CTA clears them all before it lists.
-  bool routes = route_on != 0;
+  // Flags given as input (K2qDeviceInputs::union_tile, route_on 0) are honoured as well.
+  bool routes = route_on != 0 || p.union_tile != nullptr;
   if (route_on) {
     const bool call = route.call_slots != nullptr;
     const RouteSums mine = route_cta_fit(route, task, n_tasks, reinterpret_cast<std::int32_t*>(s_dyn));
