@@ -29,6 +29,9 @@
 //      row_ptr + the unit's prefix + the warps' before it; each warp places its queries in
 //      order (the general path's scatter), writing qsplit. The last CTA (a spare
 //      one where the device holds it) then lists the routed tiles.
+// Where the routing decided for the call routes every tile, no row has an edge: after phase 1
+// the CTAs write the plan phases 2-4 would leave (row_ptr 0, qsplit unused, no work item), the
+// last one lists the tiles, and the launch ends there (docs/performance.md, step 81).
 // Every row is q-ascending, as the host's sequential writer leaves it, so the plan is the same
 // byte for byte as the other paths'.
 //
