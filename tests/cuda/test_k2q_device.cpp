@@ -381,6 +381,10 @@ std::vector<PlanCase> cases() {
        Mutation::kAdversarial,
        0,
        33});
+  // Items of hundreds of queries (q_per_item 512 and 1024; G = 1 at h_kv 8): items that span
+  // whole rows and several units, the sizes an item of about 1024 rows takes at G = 1 and 2.
+  add({"g1_items_of_1024", 8, 16, 1024, {{3000, 9000}, {500, 20000}}, Selection::kRandom, Mutation::kNone, 0, 34});
+  add({"items_of_512", 4, 16, 512, {{2500, 6000}, {40, 700}}, Selection::kClustered, Mutation::kAdversarial, 0, 35});
   return v;
 }
 
