@@ -25,7 +25,8 @@ struct BlockMajorStorage {
   alignas(1024) Element q[2][Traits::kQElements];  // [row, d] swizzled, then O
   RowInfo rows[2][Traits::kTileM];
   std::uint32_t chunks[2];             // per Q buffer: the item's block_chunks()
-  alignas(8) std::uint64_t q_full[2];  // 96 builder arrivals + the Q TMA bytes
+  alignas(8) std::uint64_t q_full[2];  // 96 builder arrivals + the Q TMA bytes (RowCopies: + the
+                                       // builders' cp.async completions)
   std::uint64_t q_empty[2];            // 256 consumer arrivals, after the O stores read it
 
   // One thread, before the CTA barrier.

@@ -7,7 +7,8 @@
 //   - the loader (warp 0) streams each item's K and V block into the ring (common/kv_ring.cuh);
 //   - three builder warps prepare each step's Q buffer: the rows' facts (query, head, slot,
 //     visible keys) from the plan's qsplit words, loaded a step ahead, and one TMA box per
-//     query (its G head rows); Q buffers and their facts are double buffered.
+//     query (its G head rows), or 16-byte cp.async row copies where a box would be one row
+//     (Traits::kRowCopies); Q buffers and their facts are double buffered.
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: S = Q K^T, the one-pass softmax,
 // O = P V and the epilogue (normalised partial and LSE into the row's slot); the second one
 // only passes the barriers of a step whose 64 rows are all padding (8-19% off the runs of
@@ -16,8 +17,8 @@
 // slower at 2k-32k queries and no faster on small chunks (docs/performance.md, step 62).
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
-//   q_full[2] (96 builder arrivals + TMA bytes)   q_empty[2] (256, once the O stores read it,
-//                                                  checked after the next step's S = QK^T)
+//   q_full[2] (96 builder arrivals + TMA bytes     q_empty[2] (256, once the O stores read it,
+//     or + cp.async completions)                   checked after the next step's S = QK^T)
 // Each consumer releases a step's Q buffer only after it has seen the buffer full, idle or not.
 #pragma once
 
@@ -81,11 +82,21 @@ __device__ __forceinline__ void builders(const BlockMajorParams& p, const Prefil
     if (bt + kBuilderThreads < kRows)
       prepare_row<Traits>(p.attn, tma, it, base + bt + kBuilderThreads, bt + kBuilderThreads, qs1, smem.q[buf],
                           smem.rows[buf], &smem.q_full[buf]);
-    // Each builder's arrival publishes its row facts; builder 0 also arms the Q bytes (TMA
-    // completions may come first: the transaction count goes negative meanwhile).
+    // Thread copies: every row's facts first, then the rows. Their completion is an arrival of
+    // its own on q_full (the barrier's pending count is raised now and lowered as they land),
+    // so the builders go on without waiting; the consumers fence the rows to WGMMA's proxy.
+    if constexpr (Traits::kRowCopies) {
+      named_barrier_sync(kBuilders, kBuilderThreads);
+      gather_q_rows<Traits>(p.attn, smem.rows[buf], smem.q[buf], bt);
+      asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(
+                       static_cast<std::uint32_t>(__cvta_generic_to_shared(&smem.q_full[buf])))
+                   : "memory");
+    }
+    // Each builder's arrival publishes its row facts; builder 0 also arms the Q bytes of TMA
+    // boxes (completions may come first: the transaction count goes negative meanwhile).
     if (bt == 0) {
       smem.chunks[buf] = chunks;
-      const int real = max(0, min(kRows, it.rows - base));
+      const int real = Traits::kRowCopies ? 0 : max(0, min(kRows, it.rows - base));
       Barrier64::arrive_and_expect_tx(
           &smem.q_full[buf], static_cast<std::uint32_t>(real * Traits::kHeadDim * sizeof(typename Traits::Element)));
     } else {
@@ -130,6 +141,8 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
       const int buf = static_cast<int>(step & 1u);
       const bool last = tile + 1 == steps;
       Barrier64::wait(&smem.q_full[buf], phase_of(step));
+      // Rows copied by threads (generic proxy) are read by WGMMA (async proxy).
+      if constexpr (Traits::kRowCopies) cutlass::arch::fence_view_async_shared();
       const RowInfo* facts = smem.rows[buf];
       const std::uint32_t chunks = smem.chunks[buf];
       int key_limit[2];
@@ -203,7 +216,10 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
                        std::int64_t(o_row) * p.attn.h_q + info.h};
       };
       const float no_sink[2] = {-INFINITY, -INFINITY};  // the combine applies sinks
-      store_tile<Traits, false>(tma, tma.o_partial, acc_o, m_scaled, row_sum, no_sink, smem.q[buf], p.attn.lse_partial,
+      // o_partial as [slots * total_q, h_q, d].
+      const OutRows o_rows{&tma.o_partial, p.attn.o_partial, std::int64_t{p.attn.h_q} * Traits::kHeadDim,
+                           Traits::kHeadDim};
+      store_tile<Traits, false>(tma, o_rows, acc_o, m_scaled, row_sum, no_sink, smem.q[buf], p.attn.lse_partial,
                                 opaque_tid() - 128, target);
       pending = buf;
     }

@@ -1,5 +1,6 @@
 // The KV-block-major kernel's own mainloop pieces: reading a work item and preparing a step's
-// Q tile (row facts from the plan's qsplit words, one TMA box per query).
+// Q tile (row facts from the plan's qsplit words; the rows by one TMA box per query, or by
+// 16-byte thread copies where a box would be one row).
 //
 // A work item is one KV block of one KV head and up to q_per_item of the queries that chose
 // it; its rows are the queries' G heads, packed query-major (row R = query R / G, head R % G)
@@ -14,6 +15,7 @@
 #include "core/plan_encoding.h"
 #include "cuda/prefill/sm90/block_major/config.h"
 #include "cuda/prefill/sm90/block_major/params.h"
+#include "cuda/prefill/sm90/common/traits.h"
 
 namespace msa::cuda::prefill_sm90 {
 
@@ -56,9 +58,10 @@ __device__ __forceinline__ std::int32_t row_qsplit(const BlockMajorParams& p, co
   return packed < it.rows ? p.qsplit[it.edge0 + packed / p.attn.group] : 0;
 }
 
-// Writes the facts of packed row `packed` (tile row r) into `rows` and, for the first row of
-// a query's box, issues that box's TMA loads (both column halves) into `sq`, completing on
-// `bar`. Padding rows get qg = -1 and no data (their results are never stored).
+// Writes the facts of packed row `packed` (tile row r) into `rows` and, unless the rows come
+// by thread copies (Traits::kRowCopies: gather_q_rows), for the first row of a query's box
+// issues that box's TMA loads (both column halves) into `sq`, completing on `bar`. Padding rows
+// get qg = -1 and no data (their results are never stored).
 template <class Traits>
 __device__ __forceinline__ void prepare_row(const AttentionParams& p, const PrefillTma& tma, const ItemCoords& it,
                                             int packed, int r, std::int32_t word, typename Traits::Element* sq,
@@ -77,11 +80,41 @@ __device__ __forceinline__ void prepare_row(const AttentionParams& p, const Pref
   // its box still loads (TMA zero-fills it, keeping the byte count) but nothing is stored.
   const bool in_range = qg >= 0 && qg < p.total_q;
   rows[r] = RowInfo{in_range ? qg : -1, h, qsplit::slot(word), max(0, min(it.tokens, causal))};
-  if (r % tma.q_box_rows == 0) {
+  if (!Traits::kRowCopies && r % tma.q_box_rows == 0) {
 #pragma unroll
     for (int c = 0; c < Traits::kColHalves; ++c)
       cute::SM90_TMA_LOAD_3D::copy(&tma.q, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL),
                                    sq + Traits::q_box_offset(r, c), c * Traits::kBoxCols, h, qg);
+  }
+}
+
+// The step's Q rows by thread copies (Traits::kRowCopies): 16-byte cp.async copies into `sq`,
+// swizzled as TMA would write them, from the facts in `rows` (all written: the caller syncs the
+// builders first); a row with qg = -1 (padding, or a query outside [0, total_q)) gets zeros, as
+// TMA's out-of-bounds fill would give it. kChunks lanes copy a row, the 96 builders 96 / kChunks
+// rows at a time. The caller signals their completion on q_full; the consumers fence them to
+// WGMMA's proxy.
+template <class Traits>
+__device__ __forceinline__ void gather_q_rows(const AttentionParams& p, const RowInfo* rows,
+                                              typename Traits::Element* sq, int bt) {
+  using Element = typename Traits::Element;
+  constexpr int kChunkElements = 16 / static_cast<int>(sizeof(Element));
+  constexpr int kChunks = Traits::kHeadDim / kChunkElements;  // 16-byte chunks of a row
+  static_assert(kBuilderThreads % kChunks == 0, "whole rows per builder pass");
+  constexpr int kRowsPerPass = kBuilderThreads / kChunks;
+  const int j = bt % kChunks;
+  const auto* q = static_cast<const Element*>(p.q);
+  const auto sq_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(sq));
+  for (int r = bt / kChunks; r < Traits::kTileM; r += kRowsPerPass) {
+    const RowInfo info = rows[r];
+    const bool real = info.qg >= 0;
+    const Element* src =
+        q + (real ? std::int64_t{info.qg} * p.stride_q_token + std::int64_t{info.h} * p.stride_q_head : 0) +
+        j * kChunkElements;
+    // The buffer is 1024-byte aligned: the swizzle is a function of the address.
+    const auto dst = sq_base + static_cast<std::uint32_t>(
+                                   swizzled_byte<typename Traits::SmemLayoutQ, Element>(r, j * kChunkElements));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(real ? 16 : 0) : "memory");
   }
 }
 

@@ -1,6 +1,7 @@
 // The one epilogue of both sm_90a prefill kernels: O normalised by the row sum (and a sink, for
 // final rows), staged through the tile's consumed Q buffer and stored with TMA (one box per
-// query's heads and column half, issued by the thread owning the box's first row), and the
+// query's heads and column half, issued by the thread owning the box's first row) or, in the
+// instances for one-row boxes (Traits::kRowCopies), with 16-byte thread stores, and the
 // natural-log LSE of every row. The kernels differ only in where a tile row goes, which they say
 // with a RowTarget functor:
 //   target(r) -> RowDest {valid, h, o_row, lse_index} for tile row r.
@@ -72,6 +73,48 @@ __device__ __forceinline__ void stage_normalised_o(const AccO& acc_o, const floa
   }
 }
 
+// Where a tile's O rows go: TMA boxes through `map` (one per query's heads and column half), or
+// (Traits::kRowCopies) 16-byte stores by the warpgroup's threads into the same tensor seen as
+// element (o_row, h, column) at base + o_row * stride_row + h * stride_head + column.
+struct OutRows {
+  const CUtensorMap* map;
+  void* base;  // thread stores only
+  std::int64_t stride_row;
+  std::int64_t stride_head;
+};
+
+// The staged rows r0 .. r0 + 63 of `so` to `to` by the warpgroup's 128 threads: kChunks lanes a
+// row (16 bytes each: coalesced 256-byte rows at d = 128), 128 / kChunks rows at a time, the
+// shared loads of a thread all issued before its stores. Rows target() calls invalid are skipped.
+template <class Traits, class RowTarget>
+__device__ __forceinline__ void copy_staged_rows(const OutRows& to, const typename Traits::Element* so, int r0, int wt,
+                                                 const RowTarget& target) {
+  using Element = typename Traits::Element;
+  constexpr int kChunkElements = 16 / static_cast<int>(sizeof(Element));
+  constexpr int kChunks = Traits::kHeadDim / kChunkElements;
+  static_assert(128 % kChunks == 0 && 64 % (128 / kChunks) == 0, "whole rows per pass");
+  constexpr int kRowsPerPass = 128 / kChunks;
+  constexpr int kPasses = 64 / kRowsPerPass;
+  const int j = wt % kChunks;
+  const auto* so_bytes = reinterpret_cast<const std::uint8_t*>(so);
+  cute::uint128_t v[kPasses];
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int r = r0 + i * kRowsPerPass + wt / kChunks;
+    v[i] = *reinterpret_cast<const cute::uint128_t*>(
+        so_bytes + swizzled_byte<typename Traits::SmemLayoutQ, Element>(r, j * kChunkElements));
+  }
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int r = r0 + i * kRowsPerPass + wt / kChunks;
+    const RowDest dest = target(r);
+    if (!dest.valid) continue;
+    auto* dst = static_cast<Element*>(to.base) + std::int64_t{dest.o_row} * to.stride_row +
+                std::int64_t{dest.h} * to.stride_head + j * kChunkElements;
+    *reinterpret_cast<cute::uint128_t*>(dst) = v[i];
+  }
+}
+
 // One row half's normaliser and natural-log LSE from its max m (log2 units, -inf: no visible
 // key) and quad-summed l. With kSinks a sink of log2-domain logit `sink` (-inf: none) joins the
 // sum at the common maximum (spec §6: a key of value zero); without one the result is the
@@ -103,16 +146,16 @@ __device__ __forceinline__ void store_staged_box(const CUtensorMap& o_map, typen
   if constexpr (kWaitRead) cute::tma_store_wait<0>();  // shared memory read: the buffer may be refilled
 }
 
-// The epilogue of one tile for this consumer warpgroup's 64 rows, into `o_map` (o_partial, or
+// The epilogue of one tile for this consumer warpgroup's 64 rows, into `to` (o_partial, or
 // out for final rows) and `lse` (lse_partial, or the caller's lse: may then be null).
 // m_scaled: the row halves' max * scale_log2; row_sum: this thread's part of their sums (the
 // quad adds them); sink: the row halves' sink logits * log2(e), -inf for none (kSinks only);
 // o_scale: a factor on O (FP8 V's descale, else 1) that the LSE does not see. With kWaitRead the
 // thread issuing a box waits for the store to have read shared memory, so the warpgroup may
 // release `so` to the next Q gather right after; without it the caller calls stores_read()
-// before it releases `so`, and works meanwhile.
+// before it releases `so`, and works meanwhile. Thread stores have read `so` when they return.
 template <class Traits, bool kWaitRead = true, bool kSinks = false, class AccO, class RowTarget>
-__device__ __forceinline__ void store_tile(const PrefillTma& tma, const CUtensorMap& o_map, const AccO& acc_o,
+__device__ __forceinline__ void store_tile(const PrefillTma& tma, const OutRows& to, const AccO& acc_o,
                                            const float (&m_scaled)[2], const float (&row_sum)[2],
                                            const float (&sink)[2], typename Traits::Element* so, float* lse, int ct,
                                            const RowTarget& target, float o_scale = 1.f) {
@@ -136,13 +179,18 @@ __device__ __forceinline__ void store_tile(const PrefillTma& tma, const CUtensor
   }
   // The warpgroup's staged rows are complete once its 128 threads pass here; the proxy fence
   // makes their st.shared visible to the TMA unit.
-  cutlass::arch::fence_view_async_shared();
   const int wg = ct / 128;
+  if constexpr (Traits::kRowCopies) {
+    named_barrier_sync(kEpilogue0 + wg, 128);
+    copy_staged_rows<Traits>(to, so, wg * 64, ct % 128, target);
+    return;
+  }
+  cutlass::arch::fence_view_async_shared();
   named_barrier_sync(kEpilogue0 + wg, 128);
   const int r = wg * 64 + ct % 128;
   if (ct % 128 < 64 && r % tma.q_box_rows == 0) {
     const RowDest dest = target(r);
-    if (dest.valid) store_staged_box<Traits, kWaitRead>(o_map, so, r, dest);
+    if (dest.valid) store_staged_box<Traits, kWaitRead>(*to.map, so, r, dest);
   }
 }
 

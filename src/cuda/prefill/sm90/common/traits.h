@@ -58,6 +58,9 @@ struct Traits {
   // Tile-union consumers as eight independent warps of 16 rows on mma.sync, reading FP8 K/V
   // codes straight from the ring (the decode's FP8 instance, WarpMma below).
   static constexpr bool kWarpMma = false;
+  // Block-major steps take their Q rows and put their O rows by 16-byte thread copies, not TMA
+  // boxes (the instance for one-row boxes, RowCopies below).
+  static constexpr bool kRowCopies = false;
   static constexpr bool kWays = false;  // WarpMma<Base, true> only
   static constexpr bool kQInRing = false;  // WarpMma<Base, false, true> only: Q comes through the K/V ring
   using Element = typename ElementOf<kDtype>::type;
@@ -172,6 +175,17 @@ __device__ __forceinline__ int swizzled_byte(int r, int c) {
 template <class Base>
 struct SkipBlocks : Base {
   static constexpr bool kSkipBlocks = true;
+};
+
+// The block-major instance for one-row Q and O boxes (G = 1, and every G not dividing 64): a
+// box costs the TMA unit about the same whatever its size, and 256 one-row boxes each way a
+// step set the step's time; the builders gather the rows with cp.async and the consumers store
+// them with st.global instead (docs/performance.md steps 83 and 84). Boxes of two rows and more
+// keep TMA: there the thread copies measured slower (their cp.async data passes the L1, TMA's
+// does not).
+template <class Base>
+struct RowCopies : Base {
+  static constexpr bool kRowCopies = true;
 };
 
 // The prefill's wide tile-union instance: tiles of up to 128 queries (tile_union/geometry.h),

@@ -374,8 +374,9 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
         if (isfinite(s)) sink[half] = s * kLog2e;  // a non-finite sink is ignored
       }
     }
-    store_tile<Traits, true, true>(tma, final_rows ? tma.out : tma.o_partial, acc_o, st.m, st.l, sink, smem.q[qb],
-                                   final_rows ? p.attn.lse : p.attn.lse_partial, opaque_tid() - 128, target);
+    store_tile<Traits, true, true>(tma, OutRows{final_rows ? &tma.out : &tma.o_partial, nullptr, 0, 0}, acc_o, st.m,
+                                   st.l, sink, smem.q[qb], final_rows ? p.attn.lse : p.attn.lse_partial,
+                                   opaque_tid() - 128, target);
     Barrier64::arrive(&smem.q_empty[qb]);
     ++iter;
   }
