@@ -181,8 +181,8 @@ struct SkipBlocks : Base {
 // box costs the TMA unit about the same whatever its size, and 256 one-row boxes each way a
 // step set the step's time; the builders gather the rows with cp.async and the consumers store
 // them with st.global instead (docs/performance.md steps 83 and 84). Boxes of two rows and more
-// keep TMA: there the thread copies measured slower (their cp.async data passes the L1, TMA's
-// does not).
+// keep TMA: there the thread copies measured slower (the builders' copy loop sets the step's
+// time, docs/performance.md step 84).
 template <class Base>
 struct RowCopies : Base {
   static constexpr bool kRowCopies = true;
