@@ -177,14 +177,14 @@ __device__ __forceinline__ void store_tile(const PrefillTma& tma, const OutRows&
       if (dest.valid) lse[dest.lse_index] = norm[half].lse;
     }
   }
-  // The warpgroup's staged rows are complete once its 128 threads pass here; the proxy fence
-  // makes their st.shared visible to the TMA unit.
+  // The warpgroup's staged rows are complete once its 128 threads pass the named barrier.
   const int wg = ct / 128;
   if constexpr (Traits::kRowCopies) {
     named_barrier_sync(kEpilogue0 + wg, 128);
     copy_staged_rows<Traits>(to, so, wg * 64, ct % 128, target);
     return;
   }
+  // For TMA stores the proxy fence first makes the rows' st.shared visible to the TMA unit.
   cutlass::arch::fence_view_async_shared();
   named_barrier_sync(kEpilogue0 + wg, 128);
   const int r = wg * 64 + ct % 128;
