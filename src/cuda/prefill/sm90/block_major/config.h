@@ -24,6 +24,9 @@ struct BlockMajorStorage {
   KvRing<Traits> kv;
   alignas(1024) Element q[2][Traits::kQElements];  // [row, d] swizzled, then O
   RowInfo rows[2][Traits::kTileM];
+  // RowCopies only: each row's Q source (nullptr: a padding row or a query outside
+  // [0, total_q), which gets zeros), written with its facts.
+  const void* q_src[2][Traits::kRowCopies ? Traits::kTileM : 1];
   std::uint32_t chunks[2];             // per Q buffer: the item's block_chunks()
   alignas(8) std::uint64_t q_full[2];  // 96 builder arrivals + the Q TMA bytes (RowCopies: + the
                                        // builders' cp.async completions)

@@ -78,16 +78,17 @@ __device__ __forceinline__ void builders(const BlockMajorParams& p, const Prefil
     const int buf = static_cast<int>(step & 1u);
     Barrier64::wait(&smem.q_empty[buf], phase_of(step) ^ 1u);
     const int base = tile * kRows;
-    prepare_row<Traits>(p.attn, tma, it, base + bt, bt, qs0, smem.q[buf], smem.rows[buf], &smem.q_full[buf]);
+    prepare_row<Traits>(p.attn, tma, it, base + bt, bt, qs0, smem.q[buf], smem.rows[buf], smem.q_src[buf],
+                        &smem.q_full[buf]);
     if (bt + kBuilderThreads < kRows)
       prepare_row<Traits>(p.attn, tma, it, base + bt + kBuilderThreads, bt + kBuilderThreads, qs1, smem.q[buf],
-                          smem.rows[buf], &smem.q_full[buf]);
+                          smem.rows[buf], smem.q_src[buf], &smem.q_full[buf]);
     // Thread copies: every row's facts first, then the rows. Their completion is an arrival of
     // its own on q_full (the barrier's pending count is raised now and lowered as they land),
     // so the builders go on without waiting; the consumers fence the rows to WGMMA's proxy.
     if constexpr (Traits::kRowCopies) {
       named_barrier_sync(kBuilders, kBuilderThreads);
-      gather_q_rows<Traits>(p.attn, smem.rows[buf], smem.q[buf], bt);
+      gather_q_rows<Traits>(p.attn, smem.q_src[buf], smem.q[buf], bt);
       asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(
                        static_cast<std::uint32_t>(__cvta_generic_to_shared(&smem.q_full[buf])))
                    : "memory");

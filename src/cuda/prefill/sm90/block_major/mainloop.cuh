@@ -58,16 +58,18 @@ __device__ __forceinline__ std::int32_t row_qsplit(const BlockMajorParams& p, co
   return packed < it.rows ? p.qsplit[it.edge0 + packed / p.attn.group] : 0;
 }
 
-// Writes the facts of packed row `packed` (tile row r) into `rows` and, unless the rows come
-// by thread copies (Traits::kRowCopies: gather_q_rows), for the first row of a query's box
-// issues that box's TMA loads (both column halves) into `sq`, completing on `bar`. Padding rows
-// get qg = -1 and no data (their results are never stored).
+// Writes the facts of packed row `packed` (tile row r) into `rows` and either, with thread
+// copies (Traits::kRowCopies: gather_q_rows), the row's Q address into `src` (nullptr for
+// no data), or, for the first row of a query's box, that box's TMA loads (both column halves)
+// into `sq`, completing on `bar`. Padding rows get qg = -1 and no data (their results are never
+// stored).
 template <class Traits>
 __device__ __forceinline__ void prepare_row(const AttentionParams& p, const PrefillTma& tma, const ItemCoords& it,
                                             int packed, int r, std::int32_t word, typename Traits::Element* sq,
-                                            RowInfo* rows, std::uint64_t* bar) {
+                                            RowInfo* rows, const void** src, std::uint64_t* bar) {
   if (packed >= it.rows) {
     rows[r] = RowInfo{-1, 0, 0, 0};
+    if constexpr (Traits::kRowCopies) src[r] = nullptr;
     return;
   }
   const int qi = packed / p.group;
@@ -80,7 +82,11 @@ __device__ __forceinline__ void prepare_row(const AttentionParams& p, const Pref
   // its box still loads (TMA zero-fills it, keeping the byte count) but nothing is stored.
   const bool in_range = qg >= 0 && qg < p.total_q;
   rows[r] = RowInfo{in_range ? qg : -1, h, qsplit::slot(word), max(0, min(it.tokens, causal))};
-  if (!Traits::kRowCopies && r % tma.q_box_rows == 0) {
+  if constexpr (Traits::kRowCopies) {
+    src[r] = in_range ? static_cast<const typename Traits::Element*>(p.q) + std::int64_t{qg} * p.stride_q_token +
+                            std::int64_t{h} * p.stride_q_head
+                      : nullptr;
+  } else if (r % tma.q_box_rows == 0) {
 #pragma unroll
     for (int c = 0; c < Traits::kColHalves; ++c)
       cute::SM90_TMA_LOAD_3D::copy(&tma.q, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL),
@@ -89,32 +95,46 @@ __device__ __forceinline__ void prepare_row(const AttentionParams& p, const Pref
 }
 
 // The step's Q rows by thread copies (Traits::kRowCopies): 16-byte cp.async copies into `sq`,
-// swizzled as TMA would write them, from the facts in `rows` (all written: the caller syncs the
-// builders first); a row with qg = -1 (padding, or a query outside [0, total_q)) gets zeros, as
-// TMA's out-of-bounds fill would give it. kChunks lanes copy a row, the 96 builders 96 / kChunks
-// rows at a time. The caller signals their completion on q_full; the consumers fence them to
-// WGMMA's proxy.
+// swizzled as TMA would write them, from the row addresses in `src` (all written: the caller
+// syncs the builders first); a row without one (nullptr: padding, or a query outside
+// [0, total_q)) gets zeros, as TMA's out-of-bounds fill would give it. kChunks lanes copy a
+// row, the 96 builders 96 / kChunks rows a pass; the passes are unrolled and their addresses
+// read kBatch passes ahead of the copies, so that the loop is a few integer operations a copy.
+// The caller signals their completion on q_full; the consumers fence them to WGMMA's proxy.
 template <class Traits>
-__device__ __forceinline__ void gather_q_rows(const AttentionParams& p, const RowInfo* rows,
+__device__ __forceinline__ void gather_q_rows(const AttentionParams& p, const void* const* src,
                                               typename Traits::Element* sq, int bt) {
   using Element = typename Traits::Element;
   constexpr int kChunkElements = 16 / static_cast<int>(sizeof(Element));
   constexpr int kChunks = Traits::kHeadDim / kChunkElements;  // 16-byte chunks of a row
   static_assert(kBuilderThreads % kChunks == 0, "whole rows per builder pass");
   constexpr int kRowsPerPass = kBuilderThreads / kChunks;
-  const int j = bt % kChunks;
-  const auto* q = static_cast<const Element*>(p.q);
+  constexpr int kPasses = (Traits::kTileM + kRowsPerPass - 1) / kRowsPerPass;
+  // Addresses read ahead of the copies: 2 passes (4 spills registers at d = 128).
+  constexpr int kBatch = 2;
+  const unsigned j = static_cast<unsigned>(bt % kChunks);
+  const unsigned r0 = static_cast<unsigned>(bt / kChunks);
+  // A row without data copies 0 bytes from a valid address (the tensor's first byte).
+  const auto* fallback = static_cast<const std::uint8_t*>(p.q);
   const auto sq_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(sq));
-  for (int r = bt / kChunks; r < Traits::kTileM; r += kRowsPerPass) {
-    const RowInfo info = rows[r];
-    const bool real = info.qg >= 0;
-    const Element* src =
-        q + (real ? std::int64_t{info.qg} * p.stride_q_token + std::int64_t{info.h} * p.stride_q_head : 0) +
-        j * kChunkElements;
-    // The buffer is 1024-byte aligned: the swizzle is a function of the address.
-    const auto dst = sq_base + static_cast<std::uint32_t>(
-                                   swizzled_byte<typename Traits::SmemLayoutQ, Element>(r, j * kChunkElements));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(real ? 16 : 0) : "memory");
+#pragma unroll
+  for (int i0 = 0; i0 < kPasses; i0 += kBatch) {
+    const std::uint8_t* from[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const unsigned r = r0 + unsigned(i0 + k) * kRowsPerPass;
+      from[k] = i0 + k < kPasses && r < Traits::kTileM ? static_cast<const std::uint8_t*>(src[r]) : nullptr;
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const unsigned r = r0 + unsigned(i0 + k) * kRowsPerPass;
+      if (i0 + k >= kPasses || r >= Traits::kTileM) continue;
+      const bool real = from[k] != nullptr;
+      const std::uint8_t* g = real ? from[k] + j * 16u : fallback;
+      // The buffer is 1024-byte aligned: the swizzle is a function of the address.
+      const std::uint32_t dst = sq_base + q_chunk_byte<Traits>(r, j);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(g), "r"(real ? 16 : 0) : "memory");
+    }
   }
 }
 

@@ -101,8 +101,7 @@ __device__ __forceinline__ void copy_staged_rows(const OutRows& to, const typena
 #pragma unroll
   for (int i = 0; i < kPasses; ++i) {
     const int r = r0 + i * kRowsPerPass + wt / kChunks;
-    v[i] = *reinterpret_cast<const cute::uint128_t*>(
-        so_bytes + swizzled_byte<typename Traits::SmemLayoutQ, Element>(r, j * kChunkElements));
+    v[i] = *reinterpret_cast<const cute::uint128_t*>(so_bytes + q_chunk_byte<Traits>(r, j));
   }
 #pragma unroll
   for (int i = 0; i < kPasses; ++i) {

@@ -167,6 +167,27 @@ __device__ __forceinline__ int swizzled_byte(int r, int c) {
   return layout.layout_a()(static_cast<int>(sizeof(Element)) * layout.layout_b()(r, c));
 }
 
+// Byte offset of 16-byte chunk c (row bytes 16c .. 16c + 15) of row r in a Q tile: the
+// 128-byte column slab c / 8, row r's 128 bytes within it, the chunk's place XOR-ed with r % 8
+// (the 128-byte swizzle; the tile is 1024-byte aligned). swizzled_byte's value in a few integer
+// operations (RowCopies checks at compile time that the two agree over the whole tile).
+template <class Traits>
+__host__ __device__ constexpr unsigned q_chunk_byte(unsigned r, unsigned c) {
+  return (c / 8) * Traits::kTileM * 128u + r * 128u + (((c % 8) ^ (r % 8)) << 4);
+}
+
+template <class Traits>
+constexpr bool q_chunk_byte_matches_layout() {
+  constexpr typename Traits::SmemLayoutQ layout{};
+  constexpr int kElementBytes = static_cast<int>(sizeof(typename Traits::Element));
+  for (int r = 0; r < Traits::kTileM; ++r)
+    for (int c = 0; c < Traits::kHeadDim * kElementBytes / 16; ++c)
+      if (static_cast<int>(q_chunk_byte<Traits>(r, c)) !=
+          layout.layout_a()(kElementBytes * layout.layout_b()(r, c * 16 / kElementBytes)))
+        return false;
+  return true;
+}
+
 // The decode's tile-union instances: the same kernel, its consumer warpgroups skipping blocks
 // none of their rows chose. The decode's queries pick their blocks independently (a Q = 8 tile
 // leaves most union blocks to one warpgroup); the prefill's tile-union tiles are those whose
@@ -186,6 +207,7 @@ struct SkipBlocks : Base {
 template <class Base>
 struct RowCopies : Base {
   static constexpr bool kRowCopies = true;
+  static_assert(q_chunk_byte_matches_layout<Base>(), "q_chunk_byte does not follow SmemLayoutQ");
 };
 
 // The prefill's wide tile-union instance: tiles of up to 128 queries (tile_union/geometry.h),
