@@ -7,8 +7,8 @@
 //   - the loader (warp 0) streams each item's K and V block into the ring (common/kv_ring.cuh);
 //   - three builder warps prepare each step's Q buffer: the rows' facts (query, head, slot,
 //     visible keys) from the plan's qsplit words, loaded a step ahead, and one TMA box per
-//     query (its G head rows), or 16-byte cp.async row copies where a box would be one row
-//     (Traits::kRowCopies); Q buffers and their facts are double buffered.
+//     query (its G head rows), or 16-byte cp.async row copies where a box would be one or two
+//     rows (Traits::kRowCopies); Q buffers and their facts are double buffered.
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: S = Q K^T, the one-pass softmax,
 // O = P V and the epilogue (normalised partial and LSE into the row's slot); the second one
 // only passes the barriers of a step whose 64 rows are all padding (8-19% off the runs of

@@ -64,13 +64,14 @@ int block_major_ctas_per_sm() {
   return block_major_instance::ctas_per_sm<kDtype, kHeadDim, false>();
 }
 
-// One-row boxes (G = 1, and G not dividing 64) take the thread-copy instance.
+// Boxes of one and two rows (G = 1 and 2, and G not dividing 64) take the thread-copy
+// instance; larger boxes TMA (docs/performance.md step 85).
 template <DType kDtype, int kHeadDim>
 void launch_block_major(const prefill_sm90::BlockMajorParams& p, const prefill_sm90::PrefillTma& tma, int sm_count,
                         cudaStream_t stream) {
   prefill_sm90::assert_supported(p.attn);
   MSA_ASSERT(p.work != nullptr && p.work_count != nullptr && p.qsplit != nullptr);
-  if (tma.q_box_rows == 1)
+  if (tma.q_box_rows <= 2)
     block_major_instance::launch<kDtype, kHeadDim, true>(p, tma, sm_count, stream);
   else
     block_major_instance::launch<kDtype, kHeadDim, false>(p, tma, sm_count, stream);

@@ -1,7 +1,7 @@
 // The one epilogue of both sm_90a prefill kernels: O normalised by the row sum (and a sink, for
 // final rows), staged through the tile's consumed Q buffer and stored with TMA (one box per
 // query's heads and column half, issued by the thread owning the box's first row) or, in the
-// instances for one-row boxes (Traits::kRowCopies), with 16-byte thread stores, and the
+// instance for small boxes (Traits::kRowCopies), with 16-byte thread stores, and the
 // natural-log LSE of every row. The kernels differ only in where a tile row goes, which they say
 // with a RowTarget functor:
 //   target(r) -> RowDest {valid, h, o_row, lse_index} for tile row r.
