@@ -60,9 +60,11 @@ K2qSizes k2q_sizes(const AttentionShape& shape, const ProblemSize& problem, int 
 // The work-item size a plan of total_q queries uses: `option` (Options::q_per_item) when it is
 // >= 1; when 0 (automatic), the queries of one 128-row M tile, min(64, ceil(128 / G)), for
 // problems of fewer than kAutoQPerItemRows (query, head, slot) rows = total_q * topk * h_q, and
-// 64 above. Small items spread a small problem's hot blocks (the local block, chosen by every
-// query of a chunk) over many CTAs; large ones halve the items of a large problem, which has
-// enough to keep every SM busy (docs/performance.md, step 22).
+// max(64, floor(256 / G)) above (256 queries at G = 1, 128 at G = 2, 85 at G = 3, 64 from
+// G = 4). Small items spread a small problem's hot blocks (the local block, chosen by every
+// query of a chunk) over many CTAs; large ones cut the items of a large problem, which has
+// enough to keep every SM busy, and fill two M tiles where 64 queries would fill one or half of
+// one (docs/performance.md, steps 22 and 85).
 inline constexpr std::int64_t kAutoQPerItemRows = std::int64_t{1} << 22;
 int plan_q_per_item(const AttentionShape& shape, std::int64_t total_q, int option);
 

@@ -114,7 +114,7 @@ int plan_q_per_item(const AttentionShape& shape, std::int64_t total_q, int optio
   if (option >= 1) return option;
   const std::int64_t group = shape.h_kv >= 1 ? std::max<std::int64_t>(1, shape.h_q / shape.h_kv) : 1;
   const double rows = static_cast<double>(total_q) * shape.topk * shape.h_q;  // no overflow
-  if (rows >= static_cast<double>(kAutoQPerItemRows)) return 64;
+  if (rows >= static_cast<double>(kAutoQPerItemRows)) return static_cast<int>(std::max<std::int64_t>(64, 256 / group));
   return static_cast<int>(std::min<std::int64_t>(64, (128 + group - 1) / group));
 }
 

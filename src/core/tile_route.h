@@ -67,12 +67,15 @@ bool block_major_kv_once(double kv_bytes, double partial_bytes, std::int64_t l2_
 // share of those rows the tile's queries fill (q_per_tile * G): 14.5 ns of the whole GPU at
 // G >= 4, 16 at G = 2, 18 at G = 1. The block-major path (its kernel and the combine) costs per
 // 128 rows of edges (G rows per edge): 36.5 ns at G >= 8, 38.5 at G = 4, 45.5 at G = 2 and 85
-// at G = 1, where every query is one TMA copy of 256 bytes in and one out. Fitted on the two
+// at G = 1, where every query was one TMA copy of 256 bytes in and one out. Fitted on the two
 // fixed paths, the model gives their times within 1-14% and the automatic path's within 1-7%.
+// Since step 85 (H200) the block-major steps of G = 1 and 2 copy their rows with threads and
+// G = 1 items fill two M tiles: 41 ns per 128 rows at G = 1 against a union step of 14-16 ns
+// (S = 8k-32k), as at G = 2 and 3 (39-41.5), so G = 1 takes G = 2's cost.
 // Costs in eighths of a union block step:
 inline constexpr std::uint64_t kUnionBlockCost = 8;
 MSA_HOST_DEVICE constexpr std::uint64_t block_major_rows_cost(int group) {  // per 128 rows of edges
-  return group >= 8 ? 20 : group >= 4 ? 21 : group >= 2 ? 22 : 37;
+  return group >= 8 ? 20 : group >= 4 ? 21 : 22;
 }
 // A tile's cost on each path: union_blocks steps on the union kernel; edges * G rows on the
 // block-major one (128 rows a step).
@@ -84,7 +87,7 @@ MSA_HOST_DEVICE constexpr std::uint64_t block_major_path_cost(std::uint64_t edge
 }
 // The per-tile rule: the union kernel takes the tile when it costs no more there. At G = 16 the
 // cut is a union of 0.31 of the edges (tile-shared selections: 1/8; random at 32k: about 0.85),
-// at G = 8 0.16, at G = 4 0.08, at G = 1 0.036.
+// at G = 8 0.16, at G = 4 0.08, at G = 1 0.021.
 MSA_HOST_DEVICE constexpr bool union_path_wins(std::uint64_t union_blocks, std::uint64_t edges, int group) {
   return union_path_cost(union_blocks) <= block_major_path_cost(edges, group);
 }

@@ -253,8 +253,8 @@ TEST(Planner, MatchesBruteForceOnGeneratedWorkloads) {
   EXPECT_EQ(cases, 60);
 }
 
-// q_per_item 0 (the default): one M tile's queries for small problems, 64 for large ones; an
-// explicit value is kept.
+// q_per_item 0 (the default): one M tile's queries for small problems, max(64, 256 / G) for
+// large ones; an explicit value is kept.
 TEST(Planner, AutomaticWorkItemSize) {
   const auto shape = [](int h_q, int h_kv) {
     msa::AttentionShape s;
@@ -272,6 +272,12 @@ TEST(Planner, AutomaticWorkItemSize) {
   EXPECT_EQ(msa::plan_q_per_item(shape(64, 4), 4095, 0), 8);
   EXPECT_EQ(msa::plan_q_per_item(shape(64, 4), 4096, 0), 64);
   EXPECT_EQ(msa::plan_q_per_item(shape(64, 4), std::int64_t{1} << 40, 0), 64);  // no overflow
+  // Large problems at small G: two M tiles of rows (4096 * 16 * 64 rows at h_q 64).
+  EXPECT_EQ(msa::plan_q_per_item(shape(64, 64), 4096, 0), 256);  // G = 1
+  EXPECT_EQ(msa::plan_q_per_item(shape(64, 64), 4095, 0), 64);   // G = 1, small: at most 64
+  EXPECT_EQ(msa::plan_q_per_item(shape(64, 32), 4096, 0), 128);  // G = 2
+  EXPECT_EQ(msa::plan_q_per_item(shape(48, 16), 8192, 0), 85);   // G = 3: floor(256 / 3)
+  EXPECT_EQ(msa::plan_q_per_item(shape(64, 16), 4096, 0), 64);   // G = 4
 
   // The plan records the size it used and its work items follow it.
   std::mt19937_64 rng(12);
