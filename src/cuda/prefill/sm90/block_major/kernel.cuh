@@ -193,7 +193,10 @@ __device__ __forceinline__ void consumers(const BlockMajorParams& p, const Prefi
 
       auto frag_p = make_frag_p<Traits>();
       float m_scaled[2], row_sum[2];
-      softmax_one_pass(acc_s, frag_p, key_limit, chunks, p.attn.scale_log2, ct, m_scaled, row_sum);
+      // A row that sees all 128 keys proves the block wholly below k_len (every row of a step
+      // chose its block; limit 0 is a padding row's).
+      const bool whole = __any_sync(0xffffffffu, key_limit[0] == kBlockSize || key_limit[1] == kBlockSize);
+      softmax_one_pass(acc_s, frag_p, key_limit, chunks, whole, p.attn.scale_log2, ct, m_scaled, row_sum);
 
       auto acc_o = make_acc_o<Traits>();
       Barrier64::wait(&smem.kv.v_full[s], phase_of(use));

@@ -15,14 +15,24 @@
 namespace msa::cuda::prefill_sm90 {
 
 // Sets S to -inf past each row's visible keys (key_limit per row half: keys [0, limit) of the
-// block) and on the 16-token chunks of invalid pages (`chunks`, block_chunks()); a warp whose
-// rows all see the whole block of valid pages skips it. Value i of the m64nNk16 accumulator is
-// column 8 * (i / 4) + (i & 1) + 2 * (lane % 4): the constant part is compared with the limit
-// less the lane's part, so that no per-value column is kept in a register, and its 16-token
-// chunk is i / 8 whatever the lane.
+// block) and on the 16-token chunks of invalid pages (`chunks`, block_chunks()). A warp whose
+// rows each see the whole block or none of it (limit 128 or 0: every block but a row's causal
+// one and a request's last; in the tile-union kernel also a row that did not choose the block)
+// skips the selects when the block lies wholly below k_len (`block_whole`, warp-uniform) on
+// valid pages: the callers take a row of limit 0 as empty from the limit itself (row_max,
+// exponent_reference), which gives the masked values' results bit for bit, -inf and 0, while S
+// is finite. Keys past k_len may hold anything (stale cache memory), NaN included, which only a
+// select keeps out of P; hence the condition on the block (docs/numerics.md).
+// Value i of the m64nNk16 accumulator is column 8 * (i / 4) + (i & 1) + 2 * (lane % 4): the
+// constant part is compared with the limit less the lane's part, so that no per-value column is
+// kept in a register, and its 16-token chunk is i / 8 whatever the lane.
+__device__ __forceinline__ bool whole_or_none(int limit) { return limit == kBlockSize || limit <= 0; }
 template <class AccS>
-__device__ __forceinline__ void mask_keys(AccS& acc_s, const int (&key_limit)[2], std::uint32_t chunks, int ct) {
-  if (__all_sync(0xffffffffu, key_limit[0] == kBlockSize && key_limit[1] == kBlockSize) && chunks == kAllChunks) return;
+__device__ __forceinline__ void mask_keys(AccS& acc_s, const int (&key_limit)[2], std::uint32_t chunks,
+                                          bool block_whole, int ct) {
+  if (block_whole && chunks == kAllChunks &&
+      __all_sync(0xffffffffu, whole_or_none(key_limit[0]) && whole_or_none(key_limit[1])))
+    return;
   const int lane_col = 2 * (ct % 4);
   const int lim[2] = {key_limit[0] - lane_col, key_limit[1] - lane_col};
   if (chunks == kAllChunks) {
@@ -36,13 +46,21 @@ __device__ __forceinline__ void mask_keys(AccS& acc_s, const int (&key_limit)[2]
   }
 }
 
-// This thread's part of each row half's maximum of the masked S.
+// This thread's part of each row half's maximum of the masked S; -inf for a row that sees no
+// key of the block (mask_keys may have left its values unmasked).
 template <class AccS>
-__device__ __forceinline__ void row_max(const AccS& acc_s, float (&mx)[2]) {
+__device__ __forceinline__ void row_max(const AccS& acc_s, const int (&key_limit)[2], float (&mx)[2]) {
   mx[0] = mx[1] = -INFINITY;
 #pragma unroll
   for (int i = 0; i < cute::size(acc_s); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], acc_s(i));
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+    if (key_limit[half] <= 0) mx[half] = -INFINITY;
 }
+
+// The reference exponentiate() subtracts for a row: +inf where the row sees no key of the block
+// (its P is then exp2(-inf) = 0 whether or not mask_keys masked its values), else `m`.
+__device__ __forceinline__ float exponent_reference(int key_limit, float m) { return key_limit <= 0 ? INFINITY : m; }
 
 // P = exp2(s * scale_log2 - m) into `p` (the P V operand, or S itself: value i is read before
 // it is written); returns this thread's part of each row half's sum.
@@ -65,18 +83,19 @@ __device__ __forceinline__ void exponentiate(const AccS& acc_s, FragP& p, float 
 // quad's four parts add up in the epilogue).
 template <class AccS, class FragP>
 __device__ __forceinline__ void softmax_one_pass(AccS& acc_s, FragP& frag_p, const int (&key_limit)[2],
-                                                 std::uint32_t chunks, float scale_log2, int ct, float (&m_scaled)[2],
-                                                 float (&row_sum)[2]) {
-  mask_keys(acc_s, key_limit, chunks, ct);
-  float mx[2];
-  row_max(acc_s, mx);
+                                                 std::uint32_t chunks, bool block_whole, float scale_log2, int ct,
+                                                 float (&m_scaled)[2], float (&row_sum)[2]) {
+  mask_keys(acc_s, key_limit, chunks, block_whole, ct);
+  float mx[2], m_use[2];
+  row_max(acc_s, key_limit, mx);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     mx[half] = quad_max(mx[half]);
     // An empty row keeps every s = -inf; subtracting 0 keeps exp2 at 0 instead of NaN.
     m_scaled[half] = mx[half] == -INFINITY ? 0.f : mx[half] * scale_log2;
+    m_use[half] = exponent_reference(key_limit[half], m_scaled[half]);
   }
-  exponentiate(acc_s, frag_p, scale_log2, m_scaled, row_sum);
+  exponentiate(acc_s, frag_p, scale_log2, m_use, row_sum);
 }
 
 // Online softmax state of this thread's two rows: the reference max P is taken against
@@ -100,10 +119,11 @@ constexpr float kMaxLag = 8.f;  // base 2; P and l stay far from FP32's and the 
 // block (docs/performance.md step 60).
 template <class AccS>
 __device__ __forceinline__ bool softmax_fold(AccS& acc_s, const int (&key_limit)[2], std::uint32_t chunks,
-                                             float scale_log2, SoftmaxState& st, int ct, float (&alpha)[2]) {
-  mask_keys(acc_s, key_limit, chunks, ct);
+                                             bool block_whole, float scale_log2, SoftmaxState& st, int ct,
+                                             float (&alpha)[2]) {
+  mask_keys(acc_s, key_limit, chunks, block_whole, ct);
   float mx[2];
-  row_max(acc_s, mx);
+  row_max(acc_s, key_limit, mx);
   float m_blk[2];
   bool move[2];
 #pragma unroll
@@ -126,7 +146,7 @@ __device__ __forceinline__ bool softmax_fold(AccS& acc_s, const int (&key_limit)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     // Before any visible key the row stays empty: subtract 0 (exp2(-inf) = 0, never NaN).
-    m_use[half] = st.m[half] == -INFINITY ? 0.f : st.m[half];
+    m_use[half] = exponent_reference(key_limit[half], st.m[half] == -INFINITY ? 0.f : st.m[half]);
   }
   exponentiate(acc_s, acc_s, scale_log2, m_use, sum);
 #pragma unroll

@@ -256,6 +256,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
       const int first = wg * 64, last = min(wg * 64 + 63, t.nq * group - 1);
       for (int qi = first / group; first <= last && qi <= last / group; ++qi) wg_queries |= 1u << qi;
     }
+    // Returns whether the block lies wholly below k_len (mask_keys' block_whole).
     auto key_limits = [&](int u, int(&limit)[2]) {
       const UnionEntry e = union_entry(list, u0 + u);
       const std::uint32_t members = list.members[u0 + u][0];
@@ -264,6 +265,7 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
         const std::uint32_t word = kWords == 1 ? members : list.members[u0 + u][row_word[half]];
         limit[half] = (word & row_bit[half]) != 0u ? max(0, min(e.tokens, row_pos[half] - e.block_start + 1)) : 0;
       }
+      return e.tokens == kBlockSize;
     };
 
     const int qb = warp_uniform(stage_of(iter, kQBuffers<Traits>));
@@ -308,8 +310,8 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
           cute::warpgroup_fence_operand(acc_s);
           Barrier64::arrive(&smem.kv.k_empty[s]);
           int limit[2];
-          key_limits(u, limit);
-          rescale = softmax_fold(acc_s, limit, list.chunks[u0 + u], p.attn.scale_log2, st, ct, alpha);
+          const bool whole = key_limits(u, limit);
+          rescale = softmax_fold(acc_s, limit, list.chunks[u0 + u], whole, p.attn.scale_log2, st, ct, alpha);
         }
         if constexpr (kPv) {
           cute::warpgroup_wait<0>();
