@@ -116,7 +116,7 @@ for line in open(path):
         order.append(key)
     runs[key, t].append(ms)
 print("run ms, rounds separated by /; columns: " + ", ".join(trees))
-for key in sorted(order, key=lambda k: (k[0], order.index(k))):
+for key in order:  # first seen in round 1, tree 1: case by case, rows as the bench printed them
     cells = [" / ".join(runs[key, t]) or "-" for t in trees]
     print(f"{key[1]:<46} {key[2]:<28} " + " | ".join(cells))
 EOF

@@ -256,7 +256,8 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
       const int first = wg * 64, last = min(wg * 64 + 63, t.nq * group - 1);
       for (int qi = first / group; first <= last && qi <= last / group; ++qi) wg_queries |= 1u << qi;
     }
-    // Returns whether the block lies wholly below k_len (mask_keys' block_whole).
+    // Each row half's visible keys of union entry u (0 where its query did not choose the
+    // block); returns whether the block lies wholly below k_len (mask_keys' block_whole).
     auto key_limits = [&](int u, int(&limit)[2]) {
       const UnionEntry e = union_entry(list, u0 + u);
       const std::uint32_t members = list.members[u0 + u][0];
