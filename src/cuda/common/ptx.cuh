@@ -1,6 +1,6 @@
 // Device intrinsics shared by every kernel family: named barriers, fast exp2, quad reductions,
-// an opaque thread index, a warp-uniform broadcast, ring phases and programmatic dependent
-// launch (griddepcontrol).
+// an opaque thread index, a warp-uniform broadcast, an L1 prefetch, ring phases and programmatic
+// dependent launch (griddepcontrol).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +47,9 @@ __device__ __forceinline__ int opaque_tid() {
 // WGMMA's descriptor then waits on an R2UR move (seen in the tile-union consumers' SASS).
 // The warp must be converged.
 __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
+// Asks L1 for the line holding *p (no register written, no wait; a hint the hardware may drop).
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
 
 // Parity of the phase a 2-deep ring or buffer pair is in at its use-th use (counts wrap).
 __device__ __forceinline__ std::uint32_t phase_of(std::uint32_t use) { return (use >> 1) & 1u; }

@@ -274,6 +274,15 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
   constexpr int kMaxBits = kTileUnionMaxVisibleBlocks;
   WideScratch& s = smem.scratch;
   const int topk = p.attn.topk;
+  const std::int32_t* ids = p.topk + std::int64_t(t.kv_head) * p.stride_topk_head;
+  // 0. The tile's top-k rows asked of L1 (their first and last ids' lines: a row of up to 32
+  // ids spans one or two), so that the two passes over them below, a load round trip an
+  // iteration each, find them there.
+  for (int i = bt; i < t.nq; i += kBuilderThreads) {
+    const std::int32_t* row = ids + std::int64_t(t.q0 + i) * p.stride_topk_token;
+    prefetch_l1(row);
+    prefetch_l1(row + topk - 1);
+  }
   // 1. A clear bitmap and no segment yet.
   for (int w = bt; w < kBitmapWords; w += kBuilderThreads) s.bitmap[w] = 0u;
   for (int i = bt; i < kTileUnionMaxQueries; i += kBuilderThreads) s.seg_vis[i] = 0;
@@ -301,7 +310,6 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
   // for each entry whose query i sees its block, whose bit is `bit`.
   const int chunks = (topk + 3) / 4;
   const int units = t.nq * chunks;
-  const std::int32_t* ids = p.topk + std::int64_t(t.kv_head) * p.stride_topk_head;
   const auto for_each_entry = [&](auto&& visit) {
     for (int u = bt; u < units; u += kBuilderThreads) {
       const int i = u / chunks, j0 = (u - i * chunks) * 4;
@@ -323,8 +331,21 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
         if (id[k] >= 0 && id[k] < sees && off + id[k] < kMaxBits) visit(i, off + id[k]);
     }
   };
-  // 4. The chosen blocks' bits.
-  for_each_entry([&](int, int bit) { atomicOr(&s.bitmap[bit >> 5], 1u << (bit & 31)); });
+  // 4. The chosen blocks' bits, gathered per thread while they fall in one word (a few words
+  // hold every bit of a short context's tile: one atomic a word change, not one a bit).
+  {
+    int word = -1;
+    std::uint32_t bits = 0u;
+    for_each_entry([&](int, int bit) {
+      if (bit >> 5 != word) {
+        if (bits != 0u) atomicOr(&s.bitmap[word], bits);
+        word = bit >> 5;
+        bits = 0u;
+      }
+      bits |= 1u << (bit & 31);
+    });
+    if (bits != 0u) atomicOr(&s.bitmap[word], bits);
+  }
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 5. Ranks: each builder counts its share of the words, one warp scans the counts, and each
   // builder ranks its words' bits, writing their union entries (at most kMaxEntries).
