@@ -261,8 +261,9 @@ __device__ __forceinline__ int warp_exclusive_sums(const std::int32_t* in, std::
 // s's blocks [0, seg_vis[s]) from bit seg_off[s] on): each top-k entry sets its block's bit if
 // its query sees the block (causal, below k_len; blocks no query of the tile sees would leave
 // every row's state as it was); the union is the set bits in order (segment, then block: the
-// result is deterministic), a set bit's rank the set bits before it. Every pass is a
-// fire-and-forget shared-memory OR per entry, with no probing and no per-entry scratch. The host
+// result is deterministic), a set bit's rank the set bits before it. Every pass is
+// fire-and-forget shared-memory ORs (the bitmap's a word at a time, the membership's one per
+// entry), with no probing and no per-entry scratch. The host
 // bounds a tile's visible blocks by kTileUnionMaxVisibleBlocks and its union by kMaxEntries
 // (wide_tiles_fit, tile_unions_fit): bits and ranks past them, which only a batch changed on
 // the device since plan() can bring, are dropped (unspecified results, no write out of bounds).
