@@ -202,7 +202,9 @@ struct SkipBlocks : Base {
 // dividing 64): a box costs the TMA unit about the same whatever its size, and 256 one-row
 // boxes each way a step set the step's time; the builders gather the rows with cp.async and the
 // consumers store them with st.global instead (docs/performance.md steps 83-85). Boxes of four
-// rows and more keep TMA: there the thread copies measured 8-19% slower (step 85).
+// rows and more keep TMA: there the thread copies measured 8-19% slower (step 85). The wide
+// tile-union instance (G <= 3) stores its O rows this way too but keeps TMA for its Q, whose
+// thread copies would load its builders (docs/performance.md step 88).
 template <class Base>
 struct RowCopies : Base {
   static constexpr bool kRowCopies = true;

@@ -263,7 +263,8 @@ __device__ __forceinline__ int warp_exclusive_sums(const std::int32_t* in, std::
 // every row's state as it was); the union is the set bits in order (segment, then block: the
 // result is deterministic), a set bit's rank the set bits before it. Every pass is
 // fire-and-forget shared-memory ORs (the bitmap's a word at a time, the membership's one per
-// entry), with no probing and no per-entry scratch. The host
+// entry, or for a union of at most 64 entries warp ballots), with no probing and no per-entry
+// scratch. The host
 // bounds a tile's visible blocks by kTileUnionMaxVisibleBlocks and its union by kMaxEntries
 // (wide_tiles_fit, tile_unions_fit): bits and ranks past them, which only a batch changed on
 // the device since plan() can bring, are dropped (unspecified results, no write out of bounds).
@@ -307,29 +308,30 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     if (bt == 31) s.bits = min(total, kMaxBits);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
-  // Entries in units of four slots of one query (their loads issued together); visit(i, bit)
-  // for each entry whose query i sees its block, whose bit is `bit`.
-  const int chunks = (topk + 3) / 4;
-  const int units = t.nq * chunks;
-  const auto for_each_entry = [&](auto&& visit) {
-    for (int u = bt; u < units; u += kBuilderThreads) {
-      const int i = u / chunks, j0 = (u - i * chunks) * 4;
-      const std::int32_t* row = ids + std::int64_t(t.q0 + i) * p.stride_topk_token;
-      std::int32_t id[4];
+  // Query i's chosen blocks' bits, kBatch slots at a time: visit(bit) with bit[k] the bit of
+  // slot j0 + k, or -1 for a block the query does not see (or a slot past topk). A thread a
+  // query: the query's segment is read once, and a batch's loads are issued together (each
+  // dependent round trip to memory costs the builders most while the consumers run, step 88).
+  constexpr int kBatch = 8;
+  const auto for_each_batch = [&](int i, auto&& visit) {
+    const std::int32_t* row = ids + std::int64_t(t.q0 + i) * p.stride_topk_token;
+    const int seg = s.q_seg[i];
+    const int pos = list.q_pos[i];
+    const int blocks = (list.seg_klen[seg] + kBlockSize - 1) / kBlockSize;
+    // Within the segment's bits: with a valid batch the segment's last query sees the most, so
+    // this is the query's own limit; a batch changed on the device since plan() can put two
+    // requests (two k_len) in one segment, and a bit past seg_vis would then name a segment
+    // no query of the tile wrote (its request and k_len stale: reads out of bounds).
+    const int sees = pos >= 0 ? min(min(pos / kBlockSize + 1, blocks), s.seg_vis[seg]) : 0;
+    const int off = s.seg_off[seg];
+    for (int j0 = 0; j0 < topk; j0 += kBatch) {
+      int bit[kBatch];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) id[k] = j0 + k < topk ? row[j0 + k] : -1;
-      const int seg = s.q_seg[i];
-      const int pos = list.q_pos[i];
-      const int blocks = (list.seg_klen[seg] + kBlockSize - 1) / kBlockSize;
-      // Within the segment's bits: with a valid batch the segment's last query sees the most, so
-      // this is the query's own limit; a batch changed on the device since plan() can put two
-      // requests (two k_len) in one segment, and a bit past seg_vis would then name a segment
-      // no query of the tile wrote (its request and k_len stale: reads out of bounds).
-      const int sees = pos >= 0 ? min(min(pos / kBlockSize + 1, blocks), s.seg_vis[seg]) : 0;
-      const int off = s.seg_off[seg];
+      for (int k = 0; k < kBatch; ++k) bit[k] = j0 + k < topk ? row[j0 + k] : -1;
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        if (id[k] >= 0 && id[k] < sees && off + id[k] < kMaxBits) visit(i, off + id[k]);
+      for (int k = 0; k < kBatch; ++k)
+        bit[k] = bit[k] >= 0 && bit[k] < sees && off + bit[k] < kMaxBits ? off + bit[k] : -1;
+      visit(bit);
     }
   };
   // 4. The chosen blocks' bits, gathered per thread while they fall in one word (a few words
@@ -337,19 +339,26 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
   {
     int word = -1;
     std::uint32_t bits = 0u;
-    for_each_entry([&](int, int bit) {
-      if (bit >> 5 != word) {
-        if (bits != 0u) atomicOr(&s.bitmap[word], bits);
-        word = bit >> 5;
-        bits = 0u;
-      }
-      bits |= 1u << (bit & 31);
-    });
+    for (int i = bt; i < t.nq; i += kBuilderThreads)
+      for_each_batch(i, [&](const auto& bit) {
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          if (bit[k] < 0) continue;
+          if (bit[k] >> 5 != word) {
+            if (bits != 0u) atomicOr(&s.bitmap[word], bits);
+            word = bit[k] >> 5;
+            bits = 0u;
+          }
+          bits |= 1u << (bit[k] & 31);
+        }
+      });
     if (bits != 0u) atomicOr(&s.bitmap[word], bits);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 5. Ranks: each builder counts its share of the words, one warp scans the counts, and each
-  // builder ranks its words' bits, writing their union entries (at most kMaxEntries).
+  // builder writes its words' first ranks; then the warps write the union entries (at most
+  // kMaxEntries), a lane per bit of each non-empty word (a short context's bits all lie in a
+  // word or two: one thread walking them was a chain of n binary searches, step 87).
   const int words = (s.bits + 31) / 32;
   const int per = (words + kBuilderThreads - 1) / kBuilderThreads;
   const int w_begin = min(bt * per, words), w_end = min(w_begin + per, words);
@@ -368,25 +377,67 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     }
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
-  int rank = s.builder_base[bt];
-  for (int w = w_begin; w < w_end; ++w) {
-    s.word_base[w] = static_cast<std::uint16_t>(rank);
-    for (std::uint32_t m = s.bitmap[w]; m != 0u && rank < kMaxEntries; m &= m - 1u, ++rank) {
-      const int bit = w * 32 + __ffs(m) - 1;
+  {
+    int rank = s.builder_base[bt];
+    for (int w = w_begin; w < w_end; ++w) {
+      s.word_base[w] = static_cast<std::uint16_t>(rank);
+      rank += __popc(s.bitmap[w]);
+    }
+  }
+  named_barrier_sync(kBuilders, kBuilderThreads);
+  const int warp = bt / 32, lane = bt % 32;
+  for (int c = warp * 32; c < words; c += kBuilderThreads) {  // 32 words a warp at a time
+    const std::uint32_t mine = c + lane < words ? s.bitmap[c + lane] : 0u;
+    for (std::uint32_t busy = __ballot_sync(0xffffffffu, mine != 0u); busy != 0u; busy &= busy - 1u) {
+      const int src = __ffs(static_cast<int>(busy)) - 1;
+      const std::uint32_t m = __shfl_sync(0xffffffffu, mine, src);
+      const int w = c + src;
+      if (((m >> lane) & 1u) == 0u) continue;
+      const int rank = s.word_base[w] + __popc(m & ((1u << lane) - 1u));
+      if (rank >= kMaxEntries) continue;
+      const int bit = w * 32 + lane;
       const int seg = last_at_most(s.seg_off, kTileUnionMaxQueries, bit);  // the last segment starting at or before it
       list.block[rank] = union_key::encode(seg, bit - s.seg_off[seg]);
 #pragma unroll
       for (int k = 0; k < kWords; ++k) list.members[rank][k] = 0u;
     }
-    rank = min(rank, kMaxEntries);  // (ranks past the list stay past it)
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
-  // 6. Membership: query i selected the union entry of its block's bit.
-  for_each_entry([&](int i, int bit) {
+  // 6. Membership: query i selected the union entry of its block's bit. A union of at most 64
+  // entries: a warp per 32 tile queries, a lane per query, each lane's chosen ranks in a 64-bit
+  // mask, then a ballot per entry writes the group's word (no shared atomics: the per-entry ORs
+  // of 128 queries held the builders longest, step 87). Larger unions: an OR per entry.
+  const auto rank_of = [&](int bit) {
     const int w = bit >> 5;
-    const int r = s.word_base[w] + __popc(s.bitmap[w] & ((1u << (bit & 31)) - 1u));
-    if (r < kMaxEntries) atomicOr(&list.members[r][i >> 5], 1u << (i & 31));
-  });
+    return s.word_base[w] + __popc(s.bitmap[w] & ((1u << (bit & 31)) - 1u));
+  };
+  if (list.size <= 64) {
+    const int groups = (t.nq + 31) / 32;
+    for (int g = warp; g < groups; g += kBuilderThreads / 32) {
+      const int i = g * 32 + lane;
+      std::uint64_t chosen = 0u;
+      if (i < t.nq)
+        for_each_batch(i, [&](const auto& bit) {
+#pragma unroll
+          for (int k = 0; k < kBatch; ++k)
+            if (bit[k] >= 0) chosen |= std::uint64_t{1} << rank_of(bit[k]);  // rank < size <= 64
+        });
+      for (int r = 0; r < list.size; ++r) {
+        const std::uint32_t word = __ballot_sync(0xffffffffu, ((chosen >> r) & 1u) != 0u);
+        if (lane == 0) list.members[r][g] = word;
+      }
+    }
+  } else {
+    for (int i = bt; i < t.nq; i += kBuilderThreads)
+      for_each_batch(i, [&](const auto& bit) {
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          if (bit[k] < 0) continue;
+          const int r = rank_of(bit[k]);
+          if (r < kMaxEntries) atomicOr(&list.members[r][i >> 5], 1u << (i & 31));
+        }
+      });
+  }
   // 7. Each entry's 16-token chunks on valid pages.
   for (int u = list.begin + bt; u < list.end; u += kBuilderThreads) {
     const std::int32_t key = list.block[u];

@@ -377,9 +377,13 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
         if (isfinite(s)) sink[half] = s * kLog2e;  // a non-finite sink is ignored
       }
     }
-    store_tile<Traits, true, true>(tma, OutRows{final_rows ? &tma.out : &tma.o_partial, nullptr, 0, 0}, acc_o, st.m,
-                                   st.l, sink, smem.q[qb], final_rows ? p.attn.lse : p.attn.lse_partial,
-                                   opaque_tid() - 128, target);
+    // Thread stores (Traits::kRowCopies: the wide instance's O rows) see o_partial as
+    // [slots * total_q, h_q, d].
+    const OutRows to = final_rows ? OutRows{&tma.out, p.attn.out, p.attn.stride_out_token, p.attn.stride_out_head}
+                                  : OutRows{&tma.o_partial, p.attn.o_partial,
+                                            std::int64_t{p.attn.h_q} * Traits::kHeadDim, Traits::kHeadDim};
+    store_tile<Traits, true, true>(tma, to, acc_o, st.m, st.l, sink, smem.q[qb],
+                                   final_rows ? p.attn.lse : p.attn.lse_partial, opaque_tid() - 128, target);
     Barrier64::arrive(&smem.q_empty[qb]);
     ++iter;
   }

@@ -81,9 +81,9 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
     else
       tile_union_detail::launch_kernel<prefill_sm90::WarpMma<Fp8, false>>(p, tma, sm_count, stream);
   } else {
-    using Traits =
-        std::conditional_t<kUse == TileUnionUse::kDecode, prefill_sm90::SkipBlocks<Base>,
-                           std::conditional_t<kUse == TileUnionUse::kWidePrefill, prefill_sm90::WideTiles<Base>, Base>>;
+    using Traits = std::conditional_t<kUse == TileUnionUse::kDecode, prefill_sm90::SkipBlocks<Base>,
+                                      std::conditional_t<kUse == TileUnionUse::kWidePrefill,
+                                                         prefill_sm90::RowCopies<prefill_sm90::WideTiles<Base>>, Base>>;
     tile_union_detail::launch_kernel<Traits>(p, tma, sm_count, stream);
   }
 }
