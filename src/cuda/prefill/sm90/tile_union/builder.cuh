@@ -268,9 +268,12 @@ __device__ __forceinline__ int warp_exclusive_sums(const std::int32_t* in, std::
 // bounds a tile's visible blocks by kTileUnionMaxVisibleBlocks and its union by kMaxEntries
 // (wide_tiles_fit, tile_unions_fit): bits and ranks past them, which only a batch changed on
 // the device since plan() can bring, are dropped (unspecified results, no write out of bounds).
+// Last, the loader's first chunk of box coordinates (first_coords: its page-table reads, which
+// otherwise lie between the published list and the tile's first K load).
 template <class Traits>
 __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const Tile& t, TileUnionStorage<Traits>& smem,
-                                                typename TileUnionStorage<Traits>::List& list, int bt) {
+                                                typename TileUnionStorage<Traits>::List& list, int bt,
+                                                int kv_box_rows) {
   constexpr int kWords = TileUnionStorage<Traits>::List::kQueries / 32;
   constexpr int kBitmapWords = WideScratch::kBitmapWords;
   constexpr int kMaxBits = kTileUnionMaxVisibleBlocks;
@@ -445,6 +448,19 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     list.chunks[u] = static_cast<std::uint8_t>(
         block_chunks(p.attn, list.seg_b[seg], union_key::block(key) * kBlockSize, list.seg_klen[seg]));
   }
+  // 8. The loader's first chunk of box coordinates (its page-table reads, off its path to the
+  // first K load): lane l, box l % boxes of entry begin + l / boxes.
+  if (bt >= 64) {
+    const int l = bt - 64;  // a lane of the last builder warp
+    const int boxes = Traits::kBlockN / kv_box_rows;
+    const int u = list.begin + l / boxes;
+    int coord = 0;
+    if (u < list.end) {
+      const UnionEntry e = union_entry(list, u);
+      coord = box_coord(p.attn, kv_box_rows, e.b, e.block_start, e.k_len, l % boxes);
+    }
+    list.first_coords[l] = coord;
+  }
   // The scratch is free for the next tile once every builder is done reading it.
   named_barrier_sync(kBuilders, kBuilderThreads);
 }
@@ -453,9 +469,9 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
 // arrival afterwards publishes its writes to the loader and the consumers.
 template <class Traits>
 __device__ __forceinline__ void build_list(const TileUnionParams& p, const Tile& t, TileUnionStorage<Traits>& smem,
-                                           typename TileUnionStorage<Traits>::List& list, int bt) {
+                                           typename TileUnionStorage<Traits>::List& list, int bt, int kv_box_rows) {
   if constexpr (Traits::kWideTiles)
-    build_wide_list(p, t, smem, list, bt);
+    build_wide_list(p, t, smem, list, bt, kv_box_rows);
   else
     build_narrow_list(p, t, smem, list, bt);
 }

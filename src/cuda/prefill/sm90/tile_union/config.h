@@ -35,6 +35,8 @@ struct UnionList {
                                                 // the narrow builders' (the wide ones': unset)
   std::int32_t size;                            // union entries
   std::int32_t begin, end;                      // the tile's split of them: entries [begin, end)
+  std::int32_t first_coords[kWords > 1 ? 32 : 1];  // the wide builders': lane l's box_coord for the
+                                                   // loader's first chunk (entry begin + l / boxes)
 };
 
 // The narrow builders' scratch for the tile being built: per top-k entry e = (query e / topk,

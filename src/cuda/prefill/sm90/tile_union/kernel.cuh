@@ -77,7 +77,7 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
     const bool q_first = !kListEarly || iter == 0;
     if (q_first) q();
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
-    build_list(p, t, smem, smem.list[buf], bt);
+    build_list(p, t, smem, smem.list[buf], bt, tma.kv_box_rows);
     Barrier64::arrive(&smem.list_full[buf]);
     if constexpr (kListEarly)
       if (!q_first) q();
@@ -184,7 +184,11 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
         const UnionEntry e = union_entry(list, u);
         return box_coord(p.attn, tma.kv_box_rows, e.b, e.block_start, e.k_len, lane % boxes);
       };
-      int coords = coords_of(list.begin);
+      int coords;
+      if constexpr (Traits::kWideTiles)
+        coords = list.first_coords[lane];  // the builders read them (build_wide_list, step 8)
+      else
+        coords = coords_of(list.begin);
       // Block u's K goes ahead of block u - 1's V (KvLoader::load_k_at): tile-shared 8k ran 1%
       // faster, random 32k on this kernel 0.5% (docs/performance.md step 60). `pending`: the
       // entry whose V is next.
