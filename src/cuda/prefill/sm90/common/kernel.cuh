@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cute::prefetch_tma_descriptor(&tma.k);
     cute::prefetch_tma_descriptor(&tma.v);
     cute::prefetch_tma_descriptor(&tma.o_partial);
+    if constexpr (Traits::kWideTiles) cute::prefetch_tma_descriptor(&tma.q_wide);  // (set for it only)
   }
   if (tid == 0) {
     smem.init();

@@ -18,6 +18,19 @@ std::uint64_t stride_bytes(std::int64_t elems, std::uint64_t size, std::uint64_t
   return size == 1 ? fallback : static_cast<std::uint64_t>(elems) * element_bytes;
 }
 
+// q's (d, h_q, total_q) extents and byte strides; box (one 128-byte row, heads, tokens).
+void q_dims(const AttentionParams& a, int head_dim, std::uint32_t heads, std::uint32_t tokens,
+            TensorMapDim (&dims)[3]) {
+  const auto d = static_cast<std::uint64_t>(head_dim);
+  const auto h_q = static_cast<std::uint64_t>(a.h_q);
+  const auto total_q = static_cast<std::uint64_t>(a.total_q);
+  const std::uint64_t q_head = stride_bytes(a.stride_q_head, h_q, d * kElementBytes);
+  const std::uint64_t q_token = stride_bytes(a.stride_q_token, total_q, h_q * q_head);
+  dims[0] = {d, kElementBytes, kBoxCols};
+  dims[1] = {h_q, q_head, heads};
+  dims[2] = {total_q, q_token, tokens};
+}
+
 }  // namespace
 
 int kv_box_rows(const AttentionParams& a) { return a.page_table != nullptr ? a.page_size : kBlockSize; }
@@ -42,6 +55,17 @@ CUtensorMap make_kv_tensor_map(const AttentionParams& a, const void* base, DType
   return make_tensor_map(base, kv_dtype, dims, 4, what);
 }
 
+void add_wide_q_boxes(PrefillTma& t, const AttentionParams& a, DType dtype, int head_dim, int q_per_tile) {
+  // Measured (docs/performance.md step 90): at group 1 the builders are the wide kernel's
+  // bottleneck and the consumers' 64-row boxes win (3% at 2k); at group 2 and 3 the builders
+  // have time to spare and one whole-tile box from them beats the consumers' (up to 3%).
+  t.q_wide_by_consumers = a.group == 1 ? 1 : 0;
+  const int tokens = t.q_wide_by_consumers != 0 ? 64 : q_per_tile;
+  TensorMapDim dims[3];
+  q_dims(a, head_dim, static_cast<std::uint32_t>(a.group), static_cast<std::uint32_t>(tokens), dims);
+  t.q_wide = make_tensor_map(a.q, dtype, dims, 3, "q.stride");
+}
+
 PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, int head_dim) {
   return make_prefill_tma(a, dtype, dtype, head_dim);
 }
@@ -54,10 +78,9 @@ PrefillTma make_prefill_tma(const AttentionParams& a, DType dtype, DType kv_dtyp
   // A box holds one query's heads and must not straddle a consumer warpgroup's 64 rows.
   t.q_box_rows = 64 % a.group == 0 ? a.group : 1;
   const auto qb = static_cast<std::uint32_t>(t.q_box_rows);
-  const std::uint64_t q_head = stride_bytes(a.stride_q_head, h_q, d * kElementBytes);
-  const std::uint64_t q_token = stride_bytes(a.stride_q_token, total_q, h_q * q_head);
-  const TensorMapDim q_dims[3] = {{d, kElementBytes, kBoxCols}, {h_q, q_head, qb}, {total_q, q_token, 1}};
-  t.q = make_tensor_map(a.q, dtype, q_dims, 3, "q.stride");
+  TensorMapDim q_box_dims[3];
+  q_dims(a, head_dim, qb, 1, q_box_dims);
+  t.q = make_tensor_map(a.q, dtype, q_box_dims, 3, "q.stride");
   if (a.o_partial != nullptr) {  // null: every row is final (an unsplit decode)
     const std::uint64_t o_rows = static_cast<std::uint64_t>(a.slots) * total_q;
     const TensorMapDim o_dims[3] = {

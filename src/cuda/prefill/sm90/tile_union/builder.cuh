@@ -87,6 +87,19 @@ __device__ __forceinline__ UnionEntry union_entry(const List& list, int u) {
   return e;
 }
 
+// The loader's box coordinates a chunk of entries at a time (a page-table read a lane): lane
+// `lane`'s is box lane % boxes of entry u0 + lane / boxes (boxes = kBlockN / kv_box_rows), 0
+// from `end` (the list's end) on. The wide builders write the first chunk's (build_wide_list,
+// step 8).
+template <class List>
+__device__ __forceinline__ int chunk_box_coord(const AttentionParams& a, const List& list, int end, int u0, int lane,
+                                               int kv_box_rows, int boxes) {
+  const int u = u0 + lane / boxes;
+  if (u >= end) return 0;
+  const UnionEntry e = union_entry(list, u);
+  return box_coord(a, kv_box_rows, e.b, e.block_start, e.k_len, lane % boxes);
+}
+
 // Whether no other tile reads union entry u's block (the narrow lists' once_segments; KvL2Hint).
 template <class List>
 __device__ __forceinline__ bool read_once(const List& list, int u) {
@@ -449,17 +462,11 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
         block_chunks(p.attn, list.seg_b[seg], union_key::block(key) * kBlockSize, list.seg_klen[seg]));
   }
   // 8. The loader's first chunk of box coordinates (its page-table reads, off its path to the
-  // first K load): lane l, box l % boxes of entry begin + l / boxes.
-  if (bt >= 64) {
-    const int l = bt - 64;  // a lane of the last builder warp
-    const int boxes = Traits::kBlockN / kv_box_rows;
-    const int u = list.begin + l / boxes;
-    int coord = 0;
-    if (u < list.end) {
-      const UnionEntry e = union_entry(list, u);
-      coord = box_coord(p.attn, kv_box_rows, e.b, e.block_start, e.k_len, l % boxes);
-    }
-    list.first_coords[l] = coord;
+  // first K load), a lane of the last builder warp each.
+  if (bt >= kBuilderThreads - 32) {
+    const int l = bt - (kBuilderThreads - 32);
+    list.first_coords[l] =
+        chunk_box_coord(p.attn, list, list.end, list.begin, l, kv_box_rows, Traits::kBlockN / kv_box_rows);
   }
   // The scratch is free for the next tile once every builder is done reading it.
   named_barrier_sync(kBuilders, kBuilderThreads);
@@ -504,10 +511,24 @@ __device__ __forceinline__ void issue_q_boxes(const TileUnionParams& p, const Pr
   }
 }
 
-// Gathers tile t's Q rows into the Q buffer `sq`. Builder 0 arms `bar`.
+// Gathers tile t's Q rows into the Q buffer `sq`. Builder 0 arms `bar`. The wide instance's
+// (at G > 1; at G = 1 its consumers gather Q): a box a column half (tma.q_wide; rows past the
+// tile's are padding, loaded and never stored, and past total_q zeros), not a box a query
+// (docs/performance.md steps 89 and 90).
 template <class Traits>
 __device__ __forceinline__ void load_q(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
                                        typename Traits::Element* sq, std::uint64_t* bar, int bt) {
+  if constexpr (Traits::kWideTiles) {
+    constexpr int kRowBytes = Traits::kBoxCols * static_cast<int>(sizeof(typename Traits::Element));
+    if (bt == 0)
+      Barrier64::arrive_and_expect_tx(
+          bar, static_cast<std::uint32_t>(Traits::kColHalves * p.q_per_tile * p.attn.group * kRowBytes));
+    if (bt < Traits::kColHalves)
+      cute::SM90_TMA_LOAD_3D::copy(&tma.q_wide, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                   sq + Traits::q_box_offset(0, bt), bt * Traits::kBoxCols, t.kv_head * p.attn.group,
+                                   t.q0);
+    return;
+  }
   if (bt == 0)
     Barrier64::arrive_and_expect_tx(
         bar, static_cast<std::uint32_t>(t.nq * p.attn.group * Traits::kHeadDim * sizeof(typename Traits::Element)));

@@ -52,6 +52,16 @@ __device__ __forceinline__ auto tile_schedule(const TileUnionParams& p) {
     return TileListSchedule{p.tiles, p.attn.h_kv, p.tile_list, p.tile_count};
 }
 
+// Whether the consumer warpgroups gather each tile's Q themselves (the wide instance at group 1:
+// gather_q_rows); the builders gather it elsewhere (load_q).
+template <class Traits>
+__device__ __forceinline__ bool consumers_gather_q(const PrefillTma& tma) {
+  if constexpr (Traits::kWideTiles && !Traits::kQInRing)
+    return tma.q_wide_by_consumers != 0;
+  else
+    return false;
+}
+
 template <class Traits>
 __device__ __forceinline__ void builders(const TileUnionParams& p, const PrefillTma& tma,
                                          TileUnionStorage<Traits>& smem) {
@@ -75,7 +85,7 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
       }
     };
     const bool q_first = !kListEarly || iter == 0;
-    if (q_first) q();
+    if (q_first && !consumers_gather_q<Traits>(tma)) q();
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
     build_list(p, t, smem, smem.list[buf], bt, tma.kv_box_rows);
     Barrier64::arrive(&smem.list_full[buf]);
@@ -178,11 +188,8 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
       const int lane = opaque_tid();
       const int boxes = Traits::kBlockN / tma.kv_box_rows;  // 1, 2, 4 or 8
       const int chunk = 32 / boxes;                         // entries a chunk
-      const auto coords_of = [&](int u0) {                  // lane l: box l % boxes of entry u0 + l / boxes
-        const int u = u0 + lane / boxes;
-        if (u >= end) return 0;
-        const UnionEntry e = union_entry(list, u);
-        return box_coord(p.attn, tma.kv_box_rows, e.b, e.block_start, e.k_len, lane % boxes);
+      const auto coords_of = [&](int u0) {
+        return chunk_box_coord(p.attn, list, end, u0, lane, tma.kv_box_rows, boxes);
       };
       int coords;
       if constexpr (Traits::kWideTiles)
@@ -218,6 +225,25 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
   }
 }
 
+// The wide instance's Q where consumers_gather_q: warpgroup wg's 64 rows of tile t, a box a
+// column half (rows past the tile's are padding: loaded, never stored; past total_q, zeros),
+// into Q buffer `sq`, completing on `bar`, which warpgroup 0 arms for the whole tile. Issued
+// by the warpgroup itself once its rows of the buffer are free: from a builder, Q went one-row
+// boxes at a time (G = 1: 256 a tile), which held the builders (docs/performance.md step 89).
+template <class Traits>
+__device__ __forceinline__ void gather_q_rows(const TileUnionParams& p, const PrefillTma& tma, const Tile& t,
+                                              typename Traits::Element* sq, std::uint64_t* bar, int ct) {
+  constexpr auto kRowsBytes = static_cast<std::uint32_t>(64 * Traits::kHeadDim * sizeof(typename Traits::Element));
+  const int group = p.attn.group;
+  const int wg = ct / 128, wt = ct % 128;
+  const int rows = t.nq * group;  // 1..128
+  if (wg == 0 && wt == 0) Barrier64::arrive_and_expect_tx(bar, rows > 64 ? 2 * kRowsBytes : kRowsBytes);
+  if (wg * 64 < rows && wt < Traits::kColHalves)
+    cute::SM90_TMA_LOAD_3D::copy(&tma.q_wide, bar, static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                 sq + Traits::q_box_offset(wg * 64, wt), wt * Traits::kBoxCols, t.kv_head * group,
+                                 t.q0 + wg * 64 / group);
+}
+
 // The two consumer warpgroups on WGMMA (every instance but the decode's FP8 one).
 template <class Traits>
 __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const PrefillTma& tma,
@@ -232,6 +258,12 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
   const auto sched = tile_schedule<Traits>(p);
   std::uint32_t iter = 0;
   std::uint32_t use = 0;
+  // consumers_gather_q: the first two tiles' Q now, tile i + 2's once tile i's O left the buffer.
+  const bool gather_q = consumers_gather_q<Traits>(tma);
+  auto ahead = sched.mine().begin();  // the tile two on
+  if (gather_q)
+    for (int k = 0; k < kQBuffers<Traits> && ahead != sched.mine().end(); ++k, ++ahead)
+      gather_q_rows<Traits>(p, tma, make_tile(p, sched.tile(*ahead)), smem.q[k], &smem.q_full[k], ct);
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
     const Tile t = make_tile(p, sched.tile(pos));
@@ -388,7 +420,17 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
                                             std::int64_t{p.attn.h_q} * Traits::kHeadDim, Traits::kHeadDim};
     store_tile<Traits, true, true>(tma, to, acc_o, st.m, st.l, sink, smem.q[qb],
                                    final_rows ? p.attn.lse : p.attn.lse_partial, opaque_tid() - 128, target);
-    Barrier64::arrive(&smem.q_empty[qb]);
+    if (!gather_q) {
+      Barrier64::arrive(&smem.q_empty[qb]);
+    } else if (ahead != sched.mine().end()) {
+      // The warpgroup's O rows are read (thread copies, kRowCopies) once all its threads pass
+      // the barrier; the proxy fence orders those reads before the TMA's writes.
+      static_assert(!Traits::kWideTiles || Traits::kRowCopies);
+      named_barrier_sync(kEpilogue0 + wg, 128);
+      cutlass::arch::fence_view_async_shared();
+      gather_q_rows<Traits>(p, tma, make_tile(p, sched.tile(*ahead)), smem.q[qb], &smem.q_full[qb], ct);
+      ++ahead;
+    }
     ++iter;
   }
   stores_complete();

@@ -13,6 +13,7 @@
 #include "cuda/common/per_device.h"
 #include "cuda/prefill/sm90/common/checks.h"
 #include "cuda/prefill/sm90/common/kernel.cuh"
+#include "cuda/prefill/sm90/common/tma.h"
 #include "cuda/prefill/sm90/launch.h"
 #include "cuda/prefill/sm90/tile_union/kernel.cuh"
 
@@ -84,7 +85,13 @@ void launch_tile_union(const prefill_sm90::TileUnionParams& p, const prefill_sm9
     using Traits = std::conditional_t<kUse == TileUnionUse::kDecode, prefill_sm90::SkipBlocks<Base>,
                                       std::conditional_t<kUse == TileUnionUse::kWidePrefill,
                                                          prefill_sm90::RowCopies<prefill_sm90::WideTiles<Base>>, Base>>;
-    tile_union_detail::launch_kernel<Traits>(p, tma, sm_count, stream);
+    if constexpr (kUse == TileUnionUse::kWidePrefill) {
+      prefill_sm90::PrefillTma wide = tma;  // with the wide instance's Q boxes
+      prefill_sm90::add_wide_q_boxes(wide, p.attn, kDtype, kHeadDim, p.q_per_tile);
+      tile_union_detail::launch_kernel<Traits>(p, wide, sm_count, stream);
+    } else {
+      tile_union_detail::launch_kernel<Traits>(p, tma, sm_count, stream);
+    }
   }
 }
 
