@@ -79,8 +79,8 @@ struct PrefillTma {
   CUtensorMap k;
   CUtensorMap v;
   CUtensorMap q_wide;       // q as q in the wide tile-union instance's boxes (add_wide_q_boxes): 64
-                            // rows (64 queries) where q_wide_by_consumers, else a whole tile's rows
-                            // (q_per_tile queries' heads)
+                            // rows (64 / group queries' heads) where q_wide_by_consumers, else a
+                            // whole tile's rows (q_per_tile queries' heads)
   int q_box_rows;           // group when it divides 64, else 1
   int kv_box_rows;          // page_size (16..128), or 128 for flat K/V
   int q_wide_by_consumers;  // 1: the wide instance's consumer warpgroups gather Q (group 1), 0:

@@ -60,7 +60,8 @@ void add_wide_q_boxes(PrefillTma& t, const AttentionParams& a, DType dtype, int 
   // bottleneck and the consumers' 64-row boxes win (3% at 2k); at group 2 and 3 the builders
   // have time to spare and one whole-tile box from them beats the consumers' (up to 3%).
   t.q_wide_by_consumers = a.group == 1 ? 1 : 0;
-  const int tokens = t.q_wide_by_consumers != 0 ? 64 : q_per_tile;
+  // A consumer warpgroup's box: its 64 rows, 64 / group queries' heads (gather_q_rows).
+  const int tokens = t.q_wide_by_consumers != 0 ? 64 / a.group : q_per_tile;
   TensorMapDim dims[3];
   q_dims(a, head_dim, static_cast<std::uint32_t>(a.group), static_cast<std::uint32_t>(tokens), dims);
   t.q_wide = make_tensor_map(a.q, dtype, dims, 3, "q.stride");
