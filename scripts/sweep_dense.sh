@@ -73,7 +73,7 @@ D = {r: dense(r) for r in R}
 O = {(g, r): ours(g, r) for g in groups for r in R}
 print("our time / cuDNN's per round (r1/r2/...): run = graph replays, busy = eager behind earlier work")
 print(f"{'S':>6}  {'cuDNN ms':<18}" + "".join(f"  {'G = ' + str(g) + ' run | busy':<24}" for g in groups))
-for s in sorted(D[1]):
+for s in sorted(set.intersection(*(set(D[r]) for r in R))):  # lengths cuDNN ran in every round
     cells = []
     for g in groups:
         run = "/".join(f"{O[g, r][s][0] / D[r][s]:.2f}" if s in O[g, r] else "-" for r in R)
