@@ -122,6 +122,16 @@ std::vector<Case> cases() {
   Case wide{"page64_g8_wide_scores", spec_of(16, 2, 16, 64, chunked, Selection::kRandom, 24)};
   wide.spec.qk_sd = 3.f;
   c.push_back(wide);
+  // Scores spread wider still (q and k of deviation 10: scores of deviation about 145 in log2
+  // units), so that on the tile-union path (the _union cases) a settled row's later block
+  // overflows P against the row's reference, whose S softmax_settle then recomputes from K in
+  // global memory (paged and flat here), besides the many blocks it rescales without that.
+  Case huge{"page64_g8_huge_scores", spec_of(16, 2, 16, 64, chunked, Selection::kRandom, 26)};
+  huge.spec.qk_sd = 10.f;
+  c.push_back(huge);
+  Case huge_flat{"flat_g4_huge_scores", spec_of(8, 2, 16, 0, {{1000, 2500}, {300, 700}}, Selection::kRandom, 27)};
+  huge_flat.spec.qk_sd = 10.f;
+  c.push_back(huge_flat);
   c.push_back({"total_q_zero", spec_of(16, 2, 8, 128, {{0, 500}, {0, 10}}, Selection::kRandom, 11)});
   // Random picks among 123..128 visible blocks (request 0) route to the block-major kernel,
   // among 8..16 (request 1: every visible block) to the tile-union kernel: PrefillPath::kAuto
@@ -193,6 +203,14 @@ std::vector<Case> cases() {
   g2.union_only = true;
   g2.free_queries = 64;
   c.push_back(g2);
+  // The same wide scores in the wide instance (G = 1, 128-query tiles, pages of 32, sinks).
+  Case huge_g1{"single_g1_union_only_huge_scores", spec_of(8, 8, 16, 32, {{2500, 3000}}, Selection::kRandom, 28)};
+  huge_g1.path = msa::PrefillPath::kAuto;
+  huge_g1.spec.sinks = true;
+  huge_g1.spec.qk_sd = 10.f;
+  huge_g1.union_only = true;
+  huge_g1.free_queries = 128;
+  c.push_back(huge_g1);
   Case nolse{"single_union_only_no_lse", spec_of(16, 1, 16, 0, {{900, 3000}}, Selection::kRandom, 16)};
   nolse.path = msa::PrefillPath::kAuto;
   nolse.union_only = true;

@@ -11,11 +11,12 @@
 //     split likely starts with (p.prefetch_blocks: the decode and the split small calls).
 // Consumer warpgroups 1 and 2 (232 registers), 64 rows each: per union block u they issue
 // S(u) = Q K(u)^T, then O += P(u-1) V(u-1), and mask and fold S(u) into the online softmax
-// while that P V still runs; with Traits::kSkipBlocks (the decode) a warpgroup skips the
-// blocks that no query of its rows chose. They issue their WGMMAs independently (taking turns
-// was 2-3% slower at tile-shared S = 8k and 32k: docs/performance.md, steps 62 and 63). The
-// decode's FP8 instance (Traits::kWarpMma) has eight consumer warps on mma.sync instead
-// (warp_mma.cuh).
+// while that P V still runs (the prefill's warps without the block's row maximum once their
+// rows have references: softmax.cuh's settled warps); with Traits::kSkipBlocks (the decode) a
+// warpgroup skips the blocks that no query of its rows chose. They issue their WGMMAs
+// independently (taking turns was 2-3% slower at tile-shared S = 8k and 32k:
+// docs/performance.md, steps 62 and 63). The decode's FP8 instance (Traits::kWarpMma) has eight
+// consumer warps on mma.sync instead (warp_mma.cuh).
 //
 // Synchronisation (mbarriers, phase = use count / buffers & 1): the ring's (kv_ring.cuh), and
 //   list_full[2] (96 builder arrivals)   list_empty[2] (256 consumer + 32 loader arrivals)
@@ -24,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cutlass/arch/barrier.h>
 #include <cute/tensor.hpp>
@@ -244,6 +246,70 @@ __device__ __forceinline__ void gather_q_rows(const TileUnionParams& p, const Pr
                                  t.q0 + wg * 64 / group);
 }
 
+// S of this warp's 16 tile rows (row0 + 0..15) against union entry e, again, on mma.sync, into
+// `s`: this thread's 64 values in the m64n128 accumulator's order (value 4 j + 2 h + c is row
+// row0 + lane / 4 + 8 h, key 8 j + 2 (lane % 4) + c). Q from the tile's Q buffer (ldmatrix at
+// q_chunk_byte), K from global memory: the block's ring stage was released before the softmax
+// and may hold a later block. Keys past k_len and on invalid pages read as 0 (the caller masks
+// them). Only for softmax_settle's overflowed P, which needs a score 128 above its
+// row's reference; a function call here would make ptxas serialize the WGMMAs, so it is inline.
+template <class Traits>
+__device__ __forceinline__ void recompute_s_rows(const AttentionParams& p, const typename Traits::Element* sq, int row0,
+                                                 int kv_head, const UnionEntry& e, int lane, float (&s)[64]) {
+  using E = typename Traits::Element;
+  static_assert(!Traits::kFp8Kv && Traits::kBlockN == 128 && Traits::kHeadDim % 16 == 0);
+  static_assert(std::is_same_v<E, cute::bfloat16_t> || std::is_same_v<E, cute::half_t>);
+  const auto q_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(sq));
+  const int a_row = row0 + (lane & 7) + 8 * ((lane >> 3) & 1);  // ldmatrix.x4: rows 0-7, 8-15, 0-7, 8-15
+  const E* k = static_cast<const E*>(p.k);
+#pragma unroll 1
+  for (int j = 0; j < Traits::kBlockN / 8; ++j) {
+    const int n = 8 * j + (lane >> 2);  // this lane's key of n-tile j
+    const E* krow = nullptr;
+    if (n < e.tokens) {
+      const int logical = e.block_start + n;
+      if (p.page_table != nullptr) {
+        const BoxPage bp = box_page(p, e.b, logical, e.k_len);
+        if (bp.valid)
+          krow = k + std::int64_t(bp.page) * p.stride_kv_page + std::int64_t(kv_head) * p.stride_kv_head +
+                 std::int64_t(logical % p.page_size) * p.stride_kv_token;
+      } else {
+        const std::int64_t r = std::int64_t(p.cu_seqlens_k[e.b]) + logical;
+        if (r < p.kv_rows) krow = k + r * p.stride_kv_token + std::int64_t(kv_head) * p.stride_kv_head;
+      }
+    }
+    float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+    for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+      std::uint32_t a[4];
+      const std::uint32_t addr = q_base + q_chunk_byte<Traits>(a_row, 2 * ks + (lane >> 4));
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                   : "r"(addr));
+      std::uint32_t b[2] = {0u, 0u};
+      if (krow != nullptr) {
+        const E* kd = krow + 16 * ks + 2 * (lane & 3);
+        b[0] = *reinterpret_cast<const std::uint32_t*>(kd);
+        b[1] = *reinterpret_cast<const std::uint32_t*>(kd + 8);
+      }
+      if constexpr (std::is_same_v<E, cute::bfloat16_t>)
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+      else
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+#pragma unroll
+    for (int v = 0; v < 4; ++v) s[4 * j + v] = c[v];
+  }
+}
+
 // The two consumer warpgroups on WGMMA (every instance but the decode's FP8 one).
 template <class Traits>
 __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const PrefillTma& tma,
@@ -342,13 +408,16 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
         }
         float alpha[2];
         bool rescale = false;  // softmax_fold: whether O needs alpha
+        FoldPending pend;
+        int limit[2] = {0, 0};
+        bool whole = false;
         if constexpr (kQk) {
           cute::warpgroup_wait<kPv ? 1 : 0>();  // S(u) complete; P V may still run
           cute::warpgroup_fence_operand(acc_s);
           Barrier64::arrive(&smem.kv.k_empty[s]);
-          int limit[2];
-          const bool whole = key_limits(u, limit);
-          rescale = softmax_fold(acc_s, limit, list.chunks[u0 + u], whole, p.attn.scale_log2, st, ct, alpha);
+          whole = key_limits(u, limit);
+          rescale = softmax_fold<!Traits::kSkipBlocks>(acc_s, limit, list.chunks[u0 + u], whole, p.attn.scale_log2, st,
+                                                       ct, alpha, pend);
         }
         if constexpr (kPv) {
           cute::warpgroup_wait<0>();
@@ -357,6 +426,17 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
           Barrier64::arrive(&smem.kv.v_empty[sp]);
         }
         if constexpr (kQk) {
+          const auto recompute_s = [&](auto& s_acc) {
+            static_assert(decltype(cute::size(s_acc))::value == 64);
+            float s_rows[64];
+            const int lane = ct & 31;
+            recompute_s_rows<Traits>(p.attn, sq, row[0] - (lane >> 2), t.kv_head, union_entry(list, u0 + u), lane,
+                                     s_rows);
+#pragma unroll
+            for (int i = 0; i < 64; ++i) s_acc(i) = s_rows[i];
+          };
+          rescale = softmax_settle<!Traits::kSkipBlocks>(acc_s, limit, list.chunks[u0 + u], whole, p.attn.scale_log2,
+                                                         st, ct, alpha, rescale, pend, recompute_s);
           softmax_apply(acc_s, frag_p, acc_o, alpha, rescale);
         }
       };
