@@ -132,7 +132,8 @@ constexpr float kMaxLag = 8.f;  // base 2; P and l stay far from FP32's and the 
 // (it is a block maximum, or the whole power of two below a P), so no key the row weighs falls
 // out of range below it. The check on the row sums waits until P(u-1) V(u-1) has completed
 // (softmax_settle, just before softmax_apply): taken right after the exponentials, the vote
-// waited on the sums' FADD chains and ran G = 1 S = 6000-8k 1.0-1.4% slower (docs/performance.md step 93).
+// waited on the sums' FADD chains and ran G = 1 S = 6000-8k 1.0-1.4% slower
+// (docs/performance.md step 93).
 
 // The reference P is taken against in a row half: +inf where the row sees no key of the block
 // (P = 0), its reference otherwise (0 before any visible key: exp2(-inf) = 0, never NaN).
