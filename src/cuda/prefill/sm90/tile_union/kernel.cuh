@@ -293,17 +293,9 @@ __device__ __forceinline__ void recompute_s_rows(const AttentionParams& p, const
         b[1] = *reinterpret_cast<const std::uint32_t*>(kd + 8);
       }
       if constexpr (std::is_same_v<E, cute::bfloat16_t>)
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        warp_mma::mma_bf16(c, a, b[0], b[1]);
       else
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        warp_mma::mma_f16(c, a, b[0], b[1]);
     }
 #pragma unroll
     for (int v = 0; v < 4; ++v) s[4 * j + v] = c[v];
