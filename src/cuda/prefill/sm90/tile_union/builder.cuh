@@ -301,9 +301,10 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     prefetch_l1(row);
     prefetch_l1(row + topk - 1);
   }
-  // 1. A clear bitmap and no segment yet.
+  // 1. A clear bitmap, no segment yet, and no partial query.
   for (int w = bt; w < kBitmapWords; w += kBuilderThreads) s.bitmap[w] = 0u;
   for (int i = bt; i < kTileUnionMaxQueries; i += kBuilderThreads) s.seg_vis[i] = 0;
+  if (bt == 0) s.partial = 0;
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 2. Each query's request, segment and position; every query of a segment writes the
   // segment's (request, k_len), the same values; the segment sees what its last query sees.
@@ -324,22 +325,25 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     if (bt == 31) s.bits = min(total, kMaxBits);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
-  // Query i's chosen blocks' bits, kBatch slots at a time: visit(bit) with bit[k] the bit of
+  // Query i's chosen blocks' bits, kBatch slots at a time: visit(bit, off) with bit[k] the bit of
   // slot j0 + k, or -1 for a block the query does not see (or a slot past topk). A thread a
   // query: the query's segment is read once, and a batch's loads are issued together (each
   // dependent round trip to memory costs the builders most while the consumers run, step 88).
   constexpr int kBatch = 8;
-  const auto for_each_batch = [&](int i, auto&& visit) {
-    const std::int32_t* row = ids + std::int64_t(t.q0 + i) * p.stride_topk_token;
+  // The blocks query i sees: within the segment's bits (with a valid batch the segment's last
+  // query sees the most, so this is the query's own limit; a batch changed on the device since
+  // plan() can put two requests (two k_len) in one segment, and a bit past seg_vis would then
+  // name a segment no query of the tile wrote: its request and k_len stale, reads out of bounds).
+  const auto sees_of = [&](int i) {
     const int seg = s.q_seg[i];
     const int pos = list.q_pos[i];
     const int blocks = (list.seg_klen[seg] + kBlockSize - 1) / kBlockSize;
-    // Within the segment's bits: with a valid batch the segment's last query sees the most, so
-    // this is the query's own limit; a batch changed on the device since plan() can put two
-    // requests (two k_len) in one segment, and a bit past seg_vis would then name a segment
-    // no query of the tile wrote (its request and k_len stale: reads out of bounds).
-    const int sees = pos >= 0 ? min(min(pos / kBlockSize + 1, blocks), s.seg_vis[seg]) : 0;
-    const int off = s.seg_off[seg];
+    return pos >= 0 ? min(min(pos / kBlockSize + 1, blocks), s.seg_vis[seg]) : 0;
+  };
+  const auto for_each_batch = [&](int i, auto&& visit) {
+    const std::int32_t* row = ids + std::int64_t(t.q0 + i) * p.stride_topk_token;
+    const int sees = sees_of(i);
+    const int off = s.seg_off[s.q_seg[i]];
     for (int j0 = 0; j0 < topk; j0 += kBatch) {
       int bit[kBatch];
 #pragma unroll
@@ -347,16 +351,20 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
         bit[k] = bit[k] >= 0 && bit[k] < sees && off + bit[k] < kMaxBits ? off + bit[k] : -1;
-      visit(bit);
+      visit(bit, off);
     }
   };
   // 4. The chosen blocks' bits, gathered per thread while they fall in one word (a few words
-  // hold every bit of a short context's tile: one atomic a word change, not one a bit).
+  // hold every bit of a short context's tile: one atomic a word change, not one a bit). And
+  // whether each query chose every block it sees (a full query: every query of a context up to
+  // topk blocks long under the MSA rule, so the lightest tiles of every causal prefill): its
+  // chosen blocks, as bits from its segment's first, against the first `sees` bits.
   {
     int word = -1;
     std::uint32_t bits = 0u;
-    for (int i = bt; i < t.nq; i += kBuilderThreads)
-      for_each_batch(i, [&](const auto& bit) {
+    for (int i = bt; i < t.nq; i += kBuilderThreads) {
+      std::uint32_t chosen = 0u;  // bit b: block b of the segment (b < 32: a full query sees at most topk <= 32)
+      for_each_batch(i, [&](const auto& bit, int off) {
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
           if (bit[k] < 0) continue;
@@ -366,8 +374,12 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
             bits = 0u;
           }
           bits |= 1u << (bit[k] & 31);
+          if (bit[k] - off < 32) chosen |= 1u << (bit[k] - off);
         }
       });
+      const int sees = sees_of(i);
+      if (sees > 32 || chosen != (sees == 32 ? ~0u : (1u << sees) - 1u)) s.partial = 1;
+    }
     if (bits != 0u) atomicOr(&s.bitmap[word], bits);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
@@ -427,17 +439,24 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     const int w = bit >> 5;
     return s.word_base[w] + __popc(s.bitmap[w] & ((1u << (bit & 31)) - 1u));
   };
+  // Where every query is full (step 4), query i chose the `sees` entries from its segment's
+  // first bit's: consecutive bits, all set, so consecutive ranks; no second pass over the ids.
   if (list.size <= 64) {
+    const bool full = s.partial == 0;
     const int groups = (t.nq + 31) / 32;
     for (int g = warp; g < groups; g += kBuilderThreads / 32) {
       const int i = g * 32 + lane;
       std::uint64_t chosen = 0u;
-      if (i < t.nq)
-        for_each_batch(i, [&](const auto& bit) {
+      if (i < t.nq && full) {
+        const int sees = sees_of(i);  // <= 32
+        if (sees > 0) chosen = ((std::uint64_t{1} << sees) - 1u) << rank_of(s.seg_off[s.q_seg[i]]);
+      } else if (i < t.nq) {
+        for_each_batch(i, [&](const auto& bit, int) {
 #pragma unroll
           for (int k = 0; k < kBatch; ++k)
             if (bit[k] >= 0) chosen |= std::uint64_t{1} << rank_of(bit[k]);  // rank < size <= 64
         });
+      }
       for (int r = 0; r < list.size; ++r) {
         const std::uint32_t word = __ballot_sync(0xffffffffu, ((chosen >> r) & 1u) != 0u);
         if (lane == 0) list.members[r][g] = word;
@@ -445,7 +464,7 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     }
   } else {
     for (int i = bt; i < t.nq; i += kBuilderThreads)
-      for_each_batch(i, [&](const auto& bit) {
+      for_each_batch(i, [&](const auto& bit, int) {
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
           if (bit[k] < 0) continue;
