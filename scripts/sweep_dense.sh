@@ -5,7 +5,9 @@
 # S new tokens, h_q 64 and h_kv 64 / G, the automatic path; cuDNN as scripts/bench_dense.py times
 # it (h_q 64, K/V expanded, warm, CUDA events). Rounds alternate msa and cuDNN; the last lines are
 # our time over cuDNN's per round, for the graph-replayed run and for the eager call behind
-# earlier GPU work ("busy" in `msa bench prefill`).
+# earlier GPU work ("busy" in `msa bench prefill`). The processes run one after the other, at the
+# clocks the GPU's power cap leaves them (docs/performance.md step 94): for a ratio at one clock use
+# scripts/bench_dense_beside.py, which alternates msa and cuDNN call by call.
 #
 #   scripts/sweep_dense.sh [--msa PATH] [--g "1 2 4 8 16"] [--seq "1024 ... 16384"] [--rounds N] [OUT]
 #
@@ -23,7 +25,7 @@ while [ $# -gt 0 ]; do
     --g) groups=$2; shift 2 ;;
     --seq) seqs=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     -*) echo "sweep_dense: unknown option '$1'" >&2; exit 2 ;;
     *) break ;;
   esac
