@@ -12,12 +12,14 @@
 # prefill suites take about 30 s: '*Prefill*:*Hostile*'; the decode ones take minutes). --cases
 # names a file of `msa bench prefill` argument lines (after --warmup 2 --reps 5 --h-q 64); the
 # default is the set that moves with the prefill kernels' consumers. --dense runs
-# scripts/bench_dense.py (cuDNN) at those lengths after the rounds. Builds are BF16-only, no Python.
+# scripts/bench_dense.py (cuDNN) at those lengths after the rounds: a reference only, timed at
+# another clock than the rounds (the power cap, docs/performance.md step 94; a ratio against
+# cuDNN at one clock is scripts/bench_dense_beside.py's). Builds are BF16-only, no Python.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 mode=${1:-}
 dir=${2:-}
-if [ -z "$mode" ] || [ -z "$dir" ]; then sed -n 2,15p "$0"; exit 2; fi
+if [ -z "$mode" ] || [ -z "$dir" ]; then sed -n 2,17p "$0"; exit 2; fi
 shift 2
 
 if [ "$mode" = pack ]; then
