@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import msa
+from bench_flex import graph_of, timed_calls  # this directory's (python3 scripts/...)
 
 H_Q, D, TOPK, BLOCK = 64, 128, 16, 128
 
@@ -65,40 +66,6 @@ def random_topk(s: int, h_kv: int, gen: torch.Generator) -> torch.Tensor:
     if not ok:
         raise SystemExit(f"random_topk: a row breaks the selection rule (S = {s}, h_kv = {h_kv})")
     return ids.contiguous()
-
-
-def timed(calls, flush, warmup, reps, spin_cycles):
-    """Per-call ms of each call in `calls`, alternating, each after a synchronisation: behind an L2
-    flush (flush set) and a GPU spin of spin_cycles (0: none)."""
-    times = [[] for _ in calls]
-    for i in range(warmup + reps):
-        for j, fn in enumerate(calls):
-            if flush is not None:
-                flush.fill_(i & 0xff)
-            torch.cuda.synchronize()
-            if spin_cycles:
-                torch.cuda._sleep(spin_cycles)
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            if i >= warmup:
-                times[j].append(start.elapsed_time(stop))
-    return times
-
-
-def graph_of(fn):
-    """fn captured in a CUDA graph (after a warm-up call on a side stream, as capture wants)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
 
 
 class Case:
@@ -179,7 +146,7 @@ def main():
             cells = []
             for calls, fl, spin_cycles in (([x.replay for x in graphs], None, 0), ([c.msa_call, c.dense_call], flush, 0),
                                            ([c.msa_call, c.dense_call], flush, spin)):
-                ours, dense = timed(calls, fl, args.warmup, args.reps, spin_cycles)
+                ours, dense = timed_calls(calls, fl, args.warmup, args.reps, spin_cycles)
                 ratio = statistics.median(a / b for a, b in zip(ours, dense))
                 cells.append(f"{statistics.median(ours):9.3f} {statistics.median(dense):7.3f} {ratio:5.2f}")
             print(f"{g:2d} {s:6d}  " + "  ".join(cells), flush=True)

@@ -85,9 +85,9 @@ def block_mask_of(topk: torch.Tensor, s: int) -> BlockMask:
                                     BLOCK_SIZE=BLOCK, mask_mod=causal)
 
 
-def timed(calls, flush, warmup, reps, spin_cycles):
-    """Median ms of each call in `calls` (alternating), each after a synchronisation: behind an L2
-    flush (flush set) and a GPU spin of spin_cycles (0: none)."""
+def timed_calls(calls, flush, warmup, reps, spin_cycles):
+    """Each call's ms in `calls` (alternating), rep by rep, each after a synchronisation: behind
+    an L2 flush (flush set) and a GPU spin of spin_cycles (0: none)."""
     times = [[] for _ in calls]
     for i in range(warmup + reps):
         for j, fn in enumerate(calls):
@@ -103,7 +103,12 @@ def timed(calls, flush, warmup, reps, spin_cycles):
             stop.synchronize()
             if i >= warmup:
                 times[j].append(start.elapsed_time(stop))
-    return [statistics.median(t) for t in times]
+    return times
+
+
+def timed(calls, flush, warmup, reps, spin_cycles):
+    """Median ms of each call in `calls`, timed as timed_calls does."""
+    return [statistics.median(t) for t in timed_calls(calls, flush, warmup, reps, spin_cycles)]
 
 
 def graph_of(fn):
