@@ -301,7 +301,7 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     prefetch_l1(row);
     prefetch_l1(row + topk - 1);
   }
-  // 1. A clear bitmap, no segment yet, and no partial query.
+  // 1. A clear bitmap, no segment yet, no partial query.
   for (int w = bt; w < kBitmapWords; w += kBuilderThreads) s.bitmap[w] = 0u;
   for (int i = bt; i < kTileUnionMaxQueries; i += kBuilderThreads) s.seg_vis[i] = 0;
   if (bt == 0) s.partial = 0;
@@ -320,9 +320,18 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
   named_barrier_sync(kBuilders, kBuilderThreads);
   // 3. The segments' first bits (one warp, four segments a lane; each at most kMaxBits).
   static_assert(kTileUnionMaxQueries == 4 * 32);
+  // And whether the tile may be full (3b): no segment sees more than topk blocks, and all of
+  // them make at most 64 entries (the ballots of the direct membership).
   if (bt < 32) {
     const int total = warp_exclusive_sums<4>(s.seg_vis, s.seg_off, bt);
-    if (bt == 31) s.bits = min(total, kMaxBits);
+    bool over = false;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) over |= s.seg_vis[4 * bt + k] > min(topk, 32);
+    over = __any_sync(0xffffffffu, over);
+    if (bt == 31) {
+      s.bits = min(total, kMaxBits);
+      s.maybe_full = !over && total <= 64 ? 1 : 0;
+    }
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
   // Query i's chosen blocks' bits, kBatch slots at a time: visit(bit, off) with bit[k] the bit of
@@ -354,124 +363,162 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
       visit(bit, off);
     }
   };
-  // 4. The chosen blocks' bits, gathered per thread while they fall in one word (a few words
-  // hold every bit of a short context's tile: one atomic a word change, not one a bit). And
-  // whether each query chose every block it sees (a full query: every query of a context up to
-  // topk blocks long under the MSA rule, so the lightest tiles of every causal prefill): its
-  // chosen blocks, as bits from its segment's first, against the first `sees` bits.
-  {
-    int word = -1;
-    std::uint32_t bits = 0u;
+  // 3b. Full tiles. Under the MSA rule a query that sees at most topk blocks chooses all of them
+  // (a full query): every query of a context up to topk blocks long, so the lightest tiles of
+  // every causal prefill. Where the tile may be full (step 3), each query's chosen blocks, as
+  // bits from its segment's first, are compared with the first `sees`; if every query is full,
+  // entry r of the union is bit r, and the bitmap, its ranks and the second pass over the ids
+  // are not needed (direct, below). A duplicate or unseen id leaves its query partial.
+  const bool maybe_full = s.maybe_full != 0;
+  if (maybe_full) {
     for (int i = bt; i < t.nq; i += kBuilderThreads) {
-      std::uint32_t chosen = 0u;  // bit b: block b of the segment (b < 32: a full query sees at most topk <= 32)
+      std::uint32_t chosen = 0u;  // bit b: block b of the segment (b < sees <= topk <= 32)
       for_each_batch(i, [&](const auto& bit, int off) {
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          if (bit[k] < 0) continue;
-          if (bit[k] >> 5 != word) {
-            if (bits != 0u) atomicOr(&s.bitmap[word], bits);
-            word = bit[k] >> 5;
-            bits = 0u;
-          }
-          bits |= 1u << (bit[k] & 31);
-          if (bit[k] - off < 32) chosen |= 1u << (bit[k] - off);
-        }
+        for (int k = 0; k < kBatch; ++k)
+          if (bit[k] >= 0) chosen |= 1u << (bit[k] - off);
       });
       const int sees = sees_of(i);
-      if (sees > 32 || chosen != (sees == 32 ? ~0u : (1u << sees) - 1u)) s.partial = 1;
+      if (chosen != (sees == 32 ? ~0u : (1u << sees) - 1u)) s.partial = 1;
     }
-    if (bits != 0u) atomicOr(&s.bitmap[word], bits);
+    named_barrier_sync(kBuilders, kBuilderThreads);
   }
-  named_barrier_sync(kBuilders, kBuilderThreads);
-  // 5. Ranks: each builder counts its share of the words, one warp scans the counts, and each
-  // builder writes its words' first ranks; then the warps write the union entries (at most
-  // kMaxEntries), a lane per bit of each non-empty word (a short context's bits all lie in a
-  // word or two: one thread walking them was a chain of n binary searches, step 87).
-  const int words = (s.bits + 31) / 32;
-  const int per = (words + kBuilderThreads - 1) / kBuilderThreads;
-  const int w_begin = min(bt * per, words), w_end = min(w_begin + per, words);
-  int count = 0;
-  for (int w = w_begin; w < w_end; ++w) count += __popc(s.bitmap[w]);
-  s.builder_base[bt] = count;
-  named_barrier_sync(kBuilders, kBuilderThreads);
-  static_assert(kBuilderThreads == 3 * 32);
-  if (bt < 32) {
-    const int total = warp_exclusive_sums<3>(s.builder_base, s.builder_base, bt);
-    if (bt == 31) {
-      const int size = min(total, kMaxEntries);
+  if (maybe_full && s.partial == 0) {
+    // Every bit below s.bits (at most 64) is a chosen block: entry r is bit r; query i chose the
+    // `sees` entries from its segment's first bit.
+    const int size = s.bits;
+    if (bt == 0) {
       list.size = size;
       list.begin = static_cast<int>(std::int64_t(size) * t.split / p.splits);
       list.end = static_cast<int>(std::int64_t(size) * (t.split + 1) / p.splits);
     }
-  }
-  named_barrier_sync(kBuilders, kBuilderThreads);
-  {
-    int rank = s.builder_base[bt];
-    for (int w = w_begin; w < w_end; ++w) {
-      s.word_base[w] = static_cast<std::uint16_t>(rank);
-      rank += __popc(s.bitmap[w]);
-    }
-  }
-  named_barrier_sync(kBuilders, kBuilderThreads);
-  const int warp = bt / 32, lane = bt % 32;
-  for (int c = warp * 32; c < words; c += kBuilderThreads) {  // 32 words a warp at a time
-    const std::uint32_t mine = c + lane < words ? s.bitmap[c + lane] : 0u;
-    for (std::uint32_t busy = __ballot_sync(0xffffffffu, mine != 0u); busy != 0u; busy &= busy - 1u) {
-      const int src = __ffs(static_cast<int>(busy)) - 1;
-      const std::uint32_t m = __shfl_sync(0xffffffffu, mine, src);
-      const int w = c + src;
-      if (((m >> lane) & 1u) == 0u) continue;
-      const int rank = s.word_base[w] + __popc(m & ((1u << lane) - 1u));
-      if (rank >= kMaxEntries) continue;
-      const int bit = w * 32 + lane;
-      const int seg = last_at_most(s.seg_off, kTileUnionMaxQueries, bit);  // the last segment starting at or before it
-      list.block[rank] = union_key::encode(seg, bit - s.seg_off[seg]);
+    for (int r = bt; r < size; r += kBuilderThreads) {
+      const int seg = last_at_most(s.seg_off, kTileUnionMaxQueries, r);
+      list.block[r] = union_key::encode(seg, r - s.seg_off[seg]);
 #pragma unroll
-      for (int k = 0; k < kWords; ++k) list.members[rank][k] = 0u;
+      for (int k = 0; k < kWords; ++k) list.members[r][k] = 0u;
     }
-  }
-  named_barrier_sync(kBuilders, kBuilderThreads);
-  // 6. Membership: query i selected the union entry of its block's bit. A union of at most 64
-  // entries: a warp per 32 tile queries, a lane per query, each lane's chosen ranks in a 64-bit
-  // mask, then a ballot per entry writes the group's word (no shared atomics: the per-entry ORs
-  // of 128 queries held the builders longest, step 87). Larger unions: an OR per entry.
-  const auto rank_of = [&](int bit) {
-    const int w = bit >> 5;
-    return s.word_base[w] + __popc(s.bitmap[w] & ((1u << (bit & 31)) - 1u));
-  };
-  // Where every query is full (step 4), query i chose the `sees` entries from its segment's
-  // first bit's: consecutive bits, all set, so consecutive ranks; no second pass over the ids.
-  if (list.size <= 64) {
-    const bool full = s.partial == 0;
+    named_barrier_sync(kBuilders, kBuilderThreads);
+    const int warp = bt / 32, lane = bt % 32;
     const int groups = (t.nq + 31) / 32;
     for (int g = warp; g < groups; g += kBuilderThreads / 32) {
       const int i = g * 32 + lane;
       std::uint64_t chosen = 0u;
-      if (i < t.nq && full) {
-        const int sees = sees_of(i);  // <= 32
-        if (sees > 0) chosen = ((std::uint64_t{1} << sees) - 1u) << rank_of(s.seg_off[s.q_seg[i]]);
-      } else if (i < t.nq) {
-        for_each_batch(i, [&](const auto& bit, int) {
-#pragma unroll
-          for (int k = 0; k < kBatch; ++k)
-            if (bit[k] >= 0) chosen |= std::uint64_t{1} << rank_of(bit[k]);  // rank < size <= 64
-        });
+      if (i < t.nq) {
+        const int sees = sees_of(i);
+        if (sees > 0) chosen = ((std::uint64_t{1} << sees) - 1u) << s.seg_off[s.q_seg[i]];
       }
-      for (int r = 0; r < list.size; ++r) {
+      for (int r = 0; r < size; ++r) {
         const std::uint32_t word = __ballot_sync(0xffffffffu, ((chosen >> r) & 1u) != 0u);
         if (lane == 0) list.members[r][g] = word;
       }
     }
   } else {
-    for (int i = bt; i < t.nq; i += kBuilderThreads)
-      for_each_batch(i, [&](const auto& bit, int) {
+    // 4. The chosen blocks' bits, gathered per thread while they fall in one word (a few words
+    // hold every bit of a short context's tile: one atomic a word change, not one a bit).
+    {
+      int word = -1;
+      std::uint32_t bits = 0u;
+      for (int i = bt; i < t.nq; i += kBuilderThreads)
+        for_each_batch(i, [&](const auto& bit, int) {
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          if (bit[k] < 0) continue;
-          const int r = rank_of(bit[k]);
-          if (r < kMaxEntries) atomicOr(&list.members[r][i >> 5], 1u << (i & 31));
+          for (int k = 0; k < kBatch; ++k) {
+            if (bit[k] < 0) continue;
+            if (bit[k] >> 5 != word) {
+              if (bits != 0u) atomicOr(&s.bitmap[word], bits);
+              word = bit[k] >> 5;
+              bits = 0u;
+            }
+            bits |= 1u << (bit[k] & 31);
+          }
+        });
+      if (bits != 0u) atomicOr(&s.bitmap[word], bits);
+    }
+    named_barrier_sync(kBuilders, kBuilderThreads);
+    // 5. Ranks: each builder counts its share of the words, one warp scans the counts, and each
+    // builder writes its words' first ranks; then the warps write the union entries (at most
+    // kMaxEntries), a lane per bit of each non-empty word (a short context's bits all lie in a
+    // word or two: one thread walking them was a chain of n binary searches, step 87).
+    const int words = (s.bits + 31) / 32;
+    const int per = (words + kBuilderThreads - 1) / kBuilderThreads;
+    const int w_begin = min(bt * per, words), w_end = min(w_begin + per, words);
+    int count = 0;
+    for (int w = w_begin; w < w_end; ++w) count += __popc(s.bitmap[w]);
+    s.builder_base[bt] = count;
+    named_barrier_sync(kBuilders, kBuilderThreads);
+    static_assert(kBuilderThreads == 3 * 32);
+    if (bt < 32) {
+      const int total = warp_exclusive_sums<3>(s.builder_base, s.builder_base, bt);
+      if (bt == 31) {
+        const int size = min(total, kMaxEntries);
+        list.size = size;
+        list.begin = static_cast<int>(std::int64_t(size) * t.split / p.splits);
+        list.end = static_cast<int>(std::int64_t(size) * (t.split + 1) / p.splits);
+      }
+    }
+    named_barrier_sync(kBuilders, kBuilderThreads);
+    {
+      int rank = s.builder_base[bt];
+      for (int w = w_begin; w < w_end; ++w) {
+        s.word_base[w] = static_cast<std::uint16_t>(rank);
+        rank += __popc(s.bitmap[w]);
+      }
+    }
+    named_barrier_sync(kBuilders, kBuilderThreads);
+    const int warp = bt / 32, lane = bt % 32;
+    for (int c = warp * 32; c < words; c += kBuilderThreads) {  // 32 words a warp at a time
+      const std::uint32_t mine = c + lane < words ? s.bitmap[c + lane] : 0u;
+      for (std::uint32_t busy = __ballot_sync(0xffffffffu, mine != 0u); busy != 0u; busy &= busy - 1u) {
+        const int src = __ffs(static_cast<int>(busy)) - 1;
+        const std::uint32_t m = __shfl_sync(0xffffffffu, mine, src);
+        const int w = c + src;
+        if (((m >> lane) & 1u) == 0u) continue;
+        const int rank = s.word_base[w] + __popc(m & ((1u << lane) - 1u));
+        if (rank >= kMaxEntries) continue;
+        const int bit = w * 32 + lane;
+        const int seg =
+            last_at_most(s.seg_off, kTileUnionMaxQueries, bit);  // the last segment starting at or before it
+        list.block[rank] = union_key::encode(seg, bit - s.seg_off[seg]);
+#pragma unroll
+        for (int k = 0; k < kWords; ++k) list.members[rank][k] = 0u;
+      }
+    }
+    named_barrier_sync(kBuilders, kBuilderThreads);
+    // 6. Membership: query i selected the union entry of its block's bit. A union of at most 64
+    // entries: a warp per 32 tile queries, a lane per query, each lane's chosen ranks in a 64-bit
+    // mask, then a ballot per entry writes the group's word (no shared atomics: the per-entry ORs
+    // of 128 queries held the builders longest, step 87). Larger unions: an OR per entry.
+    const auto rank_of = [&](int bit) {
+      const int w = bit >> 5;
+      return s.word_base[w] + __popc(s.bitmap[w] & ((1u << (bit & 31)) - 1u));
+    };
+    if (list.size <= 64) {
+      const int groups = (t.nq + 31) / 32;
+      for (int g = warp; g < groups; g += kBuilderThreads / 32) {
+        const int i = g * 32 + lane;
+        std::uint64_t chosen = 0u;
+        if (i < t.nq)
+          for_each_batch(i, [&](const auto& bit, int) {
+#pragma unroll
+            for (int k = 0; k < kBatch; ++k)
+              if (bit[k] >= 0) chosen |= std::uint64_t{1} << rank_of(bit[k]);  // rank < size <= 64
+          });
+        for (int r = 0; r < list.size; ++r) {
+          const std::uint32_t word = __ballot_sync(0xffffffffu, ((chosen >> r) & 1u) != 0u);
+          if (lane == 0) list.members[r][g] = word;
         }
-      });
+      }
+    } else {
+      for (int i = bt; i < t.nq; i += kBuilderThreads)
+        for_each_batch(i, [&](const auto& bit, int) {
+#pragma unroll
+          for (int k = 0; k < kBatch; ++k) {
+            if (bit[k] < 0) continue;
+            const int r = rank_of(bit[k]);
+            if (r < kMaxEntries) atomicOr(&list.members[r][i >> 5], 1u << (i & 31));
+          }
+        });
+    }
   }
   // 7. Each entry's 16-token chunks on valid pages.
   for (int u = list.begin + bt; u < list.end; u += kBuilderThreads) {

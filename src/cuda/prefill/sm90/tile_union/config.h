@@ -62,6 +62,7 @@ struct WideScratch {
   std::int32_t builder_base[kBuilderThreads];  // set bits before builder bt's words
   std::uint8_t q_seg[kTileUnionMaxQueries];    // segment of tile query i
   std::int32_t bits;                           // bits in use: min(sum of seg_vis, kTileUnionMaxVisibleBlocks)
+  std::int32_t maybe_full;                     // nonzero: no segment sees more than topk blocks, at most 64 in all
   std::int32_t partial;                        // nonzero: some tile query did not choose every block it sees
 };
 static_assert(kTileUnionMaxVisibleBlocks < 65536, "word_base holds ranks in 16 bits");
