@@ -40,6 +40,7 @@
 #include "cuda/prefill/sm90/tile_union/builder.cuh"
 #include "cuda/prefill/sm90/tile_union/config.h"
 #include "cuda/prefill/sm90/tile_union/params.h"
+#include "cuda/prefill/sm90/tile_union/stamps.cuh"
 #include "cuda/prefill/sm90/tile_union/warp_mma.cuh"
 
 namespace msa::cuda::prefill_sm90 {
@@ -89,8 +90,14 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
     const bool q_first = !kListEarly || iter == 0;
     if (q_first && !consumers_gather_q<Traits>(tma)) q();
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
+#ifdef MSA_CTA_STAMPS
+    if (bt == 0) stamps::tile(p.stamps, iter, stamps::kBuildBegin, stamps::now());
+#endif
     build_list(p, t, smem, smem.list[buf], bt, tma.kv_box_rows);
     Barrier64::arrive(&smem.list_full[buf]);
+#ifdef MSA_CTA_STAMPS
+    if (bt == 0) stamps::tile(p.stamps, iter, stamps::kBuildEnd, stamps::now());
+#endif
     if constexpr (kListEarly)
       if (!q_first) q();
     ++iter;
@@ -172,6 +179,12 @@ __device__ __forceinline__ void loader(const TileUnionParams& p, const PrefillTm
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
     const auto& list = smem.list[buf];
     const int end = list.end;
+#ifdef MSA_CTA_STAMPS
+    if (opaque_tid() == 0) {
+      stamps::tile(p.stamps, iter, stamps::kLoaderList, stamps::now());
+      stamps::tile(p.stamps, iter, stamps::kEntries, static_cast<std::uint64_t>(end - list.begin));
+    }
+#endif
     if constexpr (Traits::kSkipBlocks) {
       // The decode's: block by block, each of K and V reading its page-table entries as it
       // issues. Read a chunk ahead as below, the FP8 steps of Q = 16 ran 4-7% faster, but
@@ -322,10 +335,22 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
   if (gather_q)
     for (int k = 0; k < kQBuffers<Traits> && ahead != sched.mine().end(); ++k, ++ahead)
       gather_q_rows<Traits>(p, tma, make_tile(p, sched.tile(*ahead)), smem.q[k], &smem.q_full[k], ct);
+#ifdef MSA_CTA_STAMPS
+  if (ct == 0) {
+    stamps::header(p.stamps, stamps::kStart, stamps::now());
+    stamps::header(p.stamps, stamps::kSmid, stamps::smid());
+  }
+#endif
   for (const int pos : sched.mine()) {
     const int buf = static_cast<int>(iter & 1u);
     const Tile t = make_tile(p, sched.tile(pos));
+#ifdef MSA_CTA_STAMPS
+    if (ct == 0) stamps::tile(p.stamps, iter, stamps::kListWait, stamps::now());
+#endif
     Barrier64::wait(&smem.list_full[buf], phase_of(iter));
+#ifdef MSA_CTA_STAMPS
+    if (ct == 0) stamps::tile(p.stamps, iter, stamps::kListIn, stamps::now());
+#endif
     const auto& list = smem.list[buf];
     const int u0 = list.begin;  // the tile's split of the union: entries u0 + [0, n)
     const int n = list.end - u0;
@@ -366,6 +391,9 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
     const int qb = warp_uniform(stage_of(iter, kQBuffers<Traits>));
     Barrier64::wait(&smem.q_full[qb], parity_of(iter, kQBuffers<Traits>));
     const typename Traits::Element* sq = smem.q[qb];
+#ifdef MSA_CTA_STAMPS
+    if (ct == 0) stamps::tile(p.stamps, iter, stamps::kQIn, stamps::now());
+#endif
 
     auto acc_o = make_acc_o<Traits>();
     cute::clear(acc_o);
@@ -503,9 +531,18 @@ __device__ __forceinline__ void wgmma_consumers(const TileUnionParams& p, const 
       gather_q_rows<Traits>(p, tma, make_tile(p, sched.tile(*ahead)), smem.q[qb], &smem.q_full[qb], ct);
       ++ahead;
     }
+#ifdef MSA_CTA_STAMPS
+    if (ct == 0) stamps::tile(p.stamps, iter, stamps::kTileEnd, stamps::now());
+#endif
     ++iter;
   }
   stores_complete();
+#ifdef MSA_CTA_STAMPS
+  if (ct == 0) {
+    stamps::header(p.stamps, stamps::kEnd, stamps::now());
+    stamps::header(p.stamps, stamps::kTiles, iter);
+  }
+#endif
 }
 
 template <class Traits>

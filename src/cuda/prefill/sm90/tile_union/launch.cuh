@@ -7,6 +7,12 @@
 #include <algorithm>
 #include <climits>
 #include <type_traits>
+#ifdef MSA_CTA_STAMPS
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+#endif
 
 #include "core/check.h"
 #include "cuda/common/launch.h"
@@ -20,6 +26,42 @@
 namespace msa::cuda {
 
 namespace tile_union_detail {
+
+#ifdef MSA_CTA_STAMPS
+// The probe's buffer for one instance, and its dump at exit: the last launch's stamps as text,
+// a line a CTA (stamps.cuh's header, then each tile's fields).
+template <class Traits>
+struct StampProbe {
+  static inline std::uint64_t* buffer = nullptr;
+  static inline unsigned grid = 0;
+  static void dump() {
+    const char* base = std::getenv("MSA_CTA_STAMPS_FILE");
+    if (base == nullptr || buffer == nullptr) return;
+    const char* name = Traits::kWideTiles ? "wide" : (Traits::kSkipBlocks ? "decode" : "narrow");
+    std::vector<std::uint64_t> h(std::size_t(grid) * prefill_sm90::stamps::kPerCta);
+    if (cudaMemcpy(h.data(), buffer, h.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) return;
+    FILE* f = std::fopen((std::string(base) + "." + name).c_str(), "w");
+    if (f == nullptr) return;
+    for (unsigned c = 0; c < grid; ++c) {
+      for (int k = 0; k < prefill_sm90::stamps::kPerCta; ++k)
+        std::fprintf(f, "%llu ",
+                     static_cast<unsigned long long>(h[std::size_t(c) * prefill_sm90::stamps::kPerCta + k]));
+      std::fprintf(f, "\n");
+    }
+    std::fclose(f);
+  }
+  static std::uint64_t* get(unsigned g, cudaStream_t stream) {
+    if (std::getenv("MSA_CTA_STAMPS_FILE") == nullptr) return nullptr;
+    if (buffer == nullptr) {
+      MSA_CUDA_CHECK(cudaMalloc(&buffer, std::size_t(1024) * prefill_sm90::stamps::kPerCta * 8));
+      std::atexit(dump);
+    }
+    grid = g;
+    MSA_CUDA_CHECK(cudaMemsetAsync(buffer, 0, std::size_t(g) * prefill_sm90::stamps::kPerCta * 8, stream));
+    return buffer;
+  }
+};
+#endif
 
 // One kernel of an instance: its checks, its shared-memory attribute (once per device) and launch.
 template <class Traits>
@@ -53,8 +95,16 @@ void launch_kernel(const prefill_sm90::TileUnionParams& p, const prefill_sm90::P
     return true;
   });
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(p.tiles, sm_count));
+#ifdef MSA_CTA_STAMPS
+  MSA_ASSERT(grid <= 1024);
+  prefill_sm90::TileUnionParams ps = p;
+  ps.stamps = StampProbe<Traits>::get(grid, stream);
+  launch_pdl(kernel, LaunchShape{dim3(grid), dim3(prefill_sm90::kThreads), smem}, stream, /*programmatic=*/true, ps,
+             tma);
+#else
   launch_pdl(kernel, LaunchShape{dim3(grid), dim3(prefill_sm90::kThreads), smem}, stream, /*programmatic=*/true, p,
              tma);
+#endif
 }
 
 }  // namespace tile_union_detail

@@ -42,6 +42,9 @@ struct TileUnionParams {
   int prefetch_blocks;             // a CTA's first tile: how many of the blocks its split likely
                                    // starts with are asked of L2 while the list is built (0: none;
                                    // kTileUnionPrefetchBlocks for the decode and split calls)
+#ifdef MSA_CTA_STAMPS
+  std::uint64_t* stamps;  // the probe's (stamps.cuh): [grid][stamps::kPerCta], or null
+#endif
 };
 
 }  // namespace msa::cuda::prefill_sm90
