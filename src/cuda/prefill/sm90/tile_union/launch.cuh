@@ -53,7 +53,12 @@ struct StampProbe {
   static std::uint64_t* get(unsigned g, cudaStream_t stream) {
     if (std::getenv("MSA_CTA_STAMPS_FILE") == nullptr) return nullptr;
     if (buffer == nullptr) {
+      // The first launch may be under graph capture (msa bench), where cudaMalloc is refused in
+      // the default capture mode.
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      MSA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
       MSA_CUDA_CHECK(cudaMalloc(&buffer, std::size_t(1024) * prefill_sm90::stamps::kPerCta * 8));
+      MSA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
       std::atexit(dump);
     }
     grid = g;
