@@ -1,7 +1,7 @@
 // A probe, compiled only with -DMSA_CTA_STAMPS (never in a release build): each CTA of the
 // tile-union kernel writes %globaltimer stamps of its tiles into TileUnionParams::stamps, and the
 // launcher writes the last launch's stamps to $MSA_CTA_STAMPS_FILE.<instance> at exit (read by
-// out/s95/stamps.py). What it answers: where a CTA's time goes at its start and end (the first
+// scripts/cta_stamps.py). What it answers: where a CTA's time goes at its start and end (the first
 // tile's build, the light tiles' list waits; docs/performance.md step 94).
 #pragma once
 
