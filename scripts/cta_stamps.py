@@ -2,7 +2,8 @@
 """Reads the tile-union kernel's CTA stamps (src/cuda/prefill/sm90/tile_union/stamps.cuh;
 MSA_CTA_STAMPS_FILE.<instance>) and prints where a CTA's time goes: the wait for its first list,
 the later list waits, the tiles' own time, and the idle time after its last tile until the
-kernel's last CTA ends (us); then build and tile times by union size.
+kernel's last CTA ends (us); the wide builders' first build step by step; then build and tile
+times by union size.
 
 On the GPU machine (docs/performance.md steps 94-95):
   cmake --preset dev -DMSA_CUTLASS_WHEEL=... -DMSA_BUILD_TESTS=OFF -DMSA_BUILD_PYTHON=OFF \
@@ -14,7 +15,8 @@ On the GPU machine (docs/performance.md steps 94-95):
 import statistics as st
 import sys
 
-H, PT, MAXT = 4, 8, 64
+H, PT, MAXT = 10, 8, 64  # stamps.cuh: kHeader, kPerTile, kMaxTiles
+STEPS = ["cleared", "located", "scanned", "chosen", "listed", "chunked"]  # header fields 4-9
 LW, LI, QI, TE, BB, BE, LL, EN = range(8)
 for path in sys.argv[1:]:
     ctas = []
@@ -56,6 +58,17 @@ for path in sys.argv[1:]:
           f" idle at the end {med(6):.1f}; tiles a CTA {med(7):.0f}")
     print(f"  CTA ends after t0: min {min(us(t0, c[1]) for c in ctas):.1f} median {st.median(us(t0, c[1]) for c in ctas):.1f}"
           f" max {us(t0, kend):.1f}")
+    # The wide builders' first build, step by step (header fields 4-9, from its start; 0: not
+    # stamped, e.g. a narrow instance), then its end.
+    firsts = [c for c in ctas if c[3] > 0 and c[4] != 0]
+    if firsts:
+        marks = []
+        for c in firsts:
+            b0 = c[H + BB]
+            marks.append([us(b0, c[4 + k]) if c[4 + k] else float("nan") for k in range(len(STEPS))] +
+                         [us(b0, c[H + BE])])
+        cells = [f"{name} {st.median(m[k] for m in marks):.2f}" for k, name in enumerate(STEPS + ["published"])]
+        print("  first build, median us from its start to each step's end: " + ", ".join(cells))
     print("  by union entries: tiles, build us, tile us (list to O stored), list wait us (not first tiles)")
     for size in sorted(by_size):
         b, t, w = by_size[size]

@@ -23,6 +23,7 @@
 #include "cuda/prefill/sm90/common/kv_ring.cuh"
 #include "cuda/prefill/sm90/tile_union/config.h"
 #include "cuda/prefill/sm90/tile_union/params.h"
+#include "cuda/prefill/sm90/tile_union/stamps.cuh"
 
 namespace msa::cuda::prefill_sm90 {
 
@@ -306,6 +307,7 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
   for (int i = bt; i < kTileUnionMaxQueries; i += kBuilderThreads) s.seg_vis[i] = 0;
   if (bt == 0) s.partial = 0;
   named_barrier_sync(kBuilders, kBuilderThreads);
+  MSA_BUILD_STEP(kCleared);
   // 2. Each query's request, segment and position; every query of a segment writes the
   // segment's (request, k_len), the same values; the segment sees what its last query sees.
   for (int i = bt; i < t.nq; i += kBuilderThreads) {
@@ -318,6 +320,7 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     atomicMax(&s.seg_vis[tq.segment], tq.pos >= 0 ? min(tq.pos / kBlockSize + 1, min(tq.blocks, kMaxBits)) : 0);
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
+  MSA_BUILD_STEP(kLocated);
   // 3. The segments' first bits (one warp, four segments a lane; each at most kMaxBits).
   static_assert(kTileUnionMaxQueries == 4 * 32);
   // And whether the tile may be full (3b): no segment sees more than topk blocks, and all of
@@ -334,6 +337,7 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     }
   }
   named_barrier_sync(kBuilders, kBuilderThreads);
+  MSA_BUILD_STEP(kScanned);
   // Query i's chosen blocks' bits, kBatch slots at a time: visit(bit, off) with bit[k] the bit of
   // slot j0 + k, or -1 for a block the query does not see (or a slot past topk). A thread a
   // query: the query's segment is read once, and a batch's loads are issued together (each
@@ -382,6 +386,7 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
       if (chosen != (sees == 32 ? ~0u : (1u << sees) - 1u)) s.partial = 1;
     }
     named_barrier_sync(kBuilders, kBuilderThreads);
+    MSA_BUILD_STEP(kChosen);
   }
   if (maybe_full && s.partial == 0) {
     // Every bit below s.bits (at most 64) is a chosen block: entry r is bit r; query i chose the
@@ -435,6 +440,7 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
       if (bits != 0u) atomicOr(&s.bitmap[word], bits);
     }
     named_barrier_sync(kBuilders, kBuilderThreads);
+    MSA_BUILD_STEP(kChosen);
     // 5. Ranks: each builder counts its share of the words, one warp scans the counts, and each
     // builder writes its words' first ranks; then the warps write the union entries (at most
     // kMaxEntries), a lane per bit of each non-empty word (a short context's bits all lie in a
@@ -520,6 +526,7 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
         });
     }
   }
+  MSA_BUILD_STEP(kListed);
   // 7. Each entry's 16-token chunks on valid pages.
   for (int u = list.begin + bt; u < list.end; u += kBuilderThreads) {
     const std::int32_t key = list.block[u];
@@ -527,6 +534,7 @@ __device__ __forceinline__ void build_wide_list(const TileUnionParams& p, const 
     list.chunks[u] = static_cast<std::uint8_t>(
         block_chunks(p.attn, list.seg_b[seg], union_key::block(key) * kBlockSize, list.seg_klen[seg]));
   }
+  MSA_BUILD_STEP(kChunked);
   // 8. The loader's first chunk of box coordinates (its page-table reads, off its path to the
   // first K load), a lane of the last builder warp each.
   if (bt >= kBuilderThreads - 32) {

@@ -64,6 +64,9 @@ struct WideScratch {
   std::int32_t bits;                           // bits in use: min(sum of seg_vis, kTileUnionMaxVisibleBlocks)
   std::int32_t maybe_full;                     // nonzero: no segment sees more than topk blocks, at most 64 in all
   std::int32_t partial;                        // nonzero: some tile query did not choose every block it sees
+#ifdef MSA_CTA_STAMPS
+  std::int32_t stamp_steps;  // the probe's: nonzero while the CTA's first list is built (stamps.cuh)
+#endif
 };
 static_assert(kTileUnionMaxVisibleBlocks < 65536, "word_base holds ranks in 16 bits");
 

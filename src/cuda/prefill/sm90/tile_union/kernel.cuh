@@ -92,6 +92,8 @@ __device__ __forceinline__ void builders(const TileUnionParams& p, const Prefill
     Barrier64::wait(&smem.list_empty[buf], phase_of(iter) ^ 1u);
 #ifdef MSA_CTA_STAMPS
     if (bt == 0) stamps::tile(p.stamps, iter, stamps::kBuildBegin, stamps::now());
+    if constexpr (Traits::kWideTiles)
+      if (bt == 0) smem.scratch.stamp_steps = iter == 0 ? 1 : 0;
 #endif
     build_list(p, t, smem, smem.list[buf], bt, tma.kv_box_rows);
     Barrier64::arrive(&smem.list_full[buf]);

@@ -10,11 +10,23 @@
 
 namespace msa::cuda::prefill_sm90::stamps {
 
-constexpr int kHeader = 4;     // per CTA: start, end, SM id, tiles run
+constexpr int kHeader = 10;    // per CTA: start, end, SM id, tiles run, the first build's steps
 constexpr int kPerTile = 8;    // per tile: the fields below
 constexpr int kMaxTiles = 64;  // tiles past this many a CTA are not stamped
 constexpr int kPerCta = kHeader + kPerTile * kMaxTiles;
-enum Header : int { kStart = 0, kEnd = 1, kSmid = 2, kTiles = 3 };
+enum Header : int {
+  kStart = 0,
+  kEnd = 1,
+  kSmid = 2,
+  kTiles = 3,
+  // The wide builders' first build (build_wide_list), builder 0 after each step's barrier:
+  kCleared = 4,  // step 1, the bitmap and segments cleared
+  kLocated = 5,  // step 2, each query's request, segment and position
+  kScanned = 6,  // step 3, the segments' first bits
+  kChosen = 7,   // step 3b or 4, the full check or the chosen blocks' bits
+  kListed = 8,   // steps 5-6 (or the direct list), the entries and membership
+  kChunked = 9,  // step 7, the entries' chunks (then step 8, the first coordinates)
+};
 enum Field : int {
   kListWait = 0,    // consumer 0 starts waiting for the tile's list
   kListIn = 1,      //   has it
@@ -44,4 +56,9 @@ __device__ __forceinline__ std::uint32_t smid() {
 }
 
 }  // namespace msa::cuda::prefill_sm90::stamps
+// One step of the wide builders' first build (build_wide_list, builder 0).
+#define MSA_BUILD_STEP(field) \
+  if (bt == 0 && s.stamp_steps != 0) ::msa::cuda::prefill_sm90::stamps::header(p.stamps, stamps::field, stamps::now())
+#else
+#define MSA_BUILD_STEP(field)
 #endif
